@@ -1,0 +1,42 @@
+"""Where to connect and how the console's own session behaves."""
+
+from __future__ import annotations
+
+import getpass
+import os
+
+from pydantic import BaseModel, Field
+
+APPLICATION_NAME = "leasectl"
+
+
+def resolve_dsn(explicit: str | None = None) -> str:
+    """--dsn, then LEASECTL_DSN, then DATABASE_URL; else "" so libpq reads PG* and service files."""
+    for candidate in (explicit, os.environ.get("LEASECTL_DSN"), os.environ.get("DATABASE_URL")):
+        if candidate:
+            return candidate
+    return ""
+
+
+def default_operator() -> str:
+    for var in ("LEASECTL_OPERATOR", "USER", "LOGNAME"):
+        if value := os.environ.get(var):
+            return value
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return "operator"
+
+
+class SessionLimits(BaseModel):
+    """Timeouts for one of our own sessions. The console must never hold a snapshot or a lock
+    for long: one idle transaction can wreck a busy queue (brandur.org, "Postgres queues")."""
+
+    statement_timeout_ms: int = Field(default=5_000, ge=0)
+    lock_timeout_ms: int = Field(default=2_000, ge=0)
+    idle_in_transaction_ms: int = Field(default=10_000, ge=0)
+
+
+CONSOLE_LIMITS = SessionLimits()
+WORKER_LIMITS = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=2_000,
+                              idle_in_transaction_ms=30_000)

@@ -1,0 +1,134 @@
+"""Connections with our own limits, query execution by file name, and error translation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.rows import dict_row
+
+from console.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
+from console.db import sql
+from console.errors import (
+    BadInput,
+    DatabaseUnavailable,
+    LeasectlError,
+    PermissionDenied,
+    ProtocolViolation,
+    ReadOnlySession,
+    RowLocked,
+    SchemaError,
+    StatementTimedOut,
+)
+
+Row = dict[str, Any]
+Conn = psycopg.Connection[Row]
+
+
+def connect(
+    dsn: str,
+    *,
+    limits: SessionLimits = CONSOLE_LIMITS,
+    read_only: bool = False,
+    application_name: str = APPLICATION_NAME,
+    autocommit: bool = True,
+    connect_timeout: int = 5,
+) -> Conn:
+    """Open a session with application_name and our timeouts; read-only in the database if asked."""
+    try:
+        conn = psycopg.connect(
+            dsn,
+            autocommit=autocommit,
+            row_factory=dict_row,
+            application_name=application_name,
+            connect_timeout=connect_timeout,
+        )
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to the database: {_first_line(exc)}",
+                                  hint="check --dsn, LEASECTL_DSN, DATABASE_URL or PG* variables") from None
+    except psycopg.ProgrammingError as exc:  # a malformed conninfo string
+        raise BadInput(f"bad connection string: {_first_line(exc)}") from None
+    try:
+        run(
+            conn,
+            "meta/session_setup",
+            statement_timeout=f"{limits.statement_timeout_ms}ms",
+            lock_timeout=f"{limits.lock_timeout_ms}ms",
+            idle_in_transaction_session_timeout=f"{limits.idle_in_transaction_ms}ms",
+            read_only="on" if read_only else "off",
+        )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@contextmanager
+def connection(dsn: str, **kwargs: Any) -> Iterator[Conn]:
+    conn = connect(dsn, **kwargs)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def run(conn: Conn, name: str, /, **params: Any) -> list[Row]:
+    """Execute `queries/<name>.sql` with named parameters; return its rows (empty if none)."""
+    query = sql.load(name)
+    values = query.bind(params)
+    try:
+        # always a mapping, even empty: psycopg then un-escapes the %% the loader wrote
+        cur = conn.execute(query.text, values)
+        return cur.fetchall() if cur.description else []
+    except psycopg.Error as exc:
+        raise translate_error(exc, query.path) from exc
+
+
+def run_one(conn: Conn, name: str, /, **params: Any) -> Row | None:
+    rows = run(conn, name, **params)
+    return rows[0] if rows else None
+
+
+def execute_script(conn: Conn, script: str) -> None:
+    """Run a whole migration file as the server would from psql -f (no parameters)."""
+    try:
+        conn.execute(script.encode(), prepare=False)
+    except psycopg.Error as exc:
+        raise translate_error(exc, "migration") from exc
+
+
+def translate_error(exc: psycopg.Error, where: str) -> LeasectlError:
+    """Turn a driver error into one a person can act on. The SQLSTATE decides, not the text."""
+    state = exc.sqlstate or ""
+    detail = _first_line(exc)
+    if isinstance(exc, pgerrors.LockNotAvailable) or state == "55P03":
+        return RowLocked("row is locked by another transaction (lock_timeout)",
+                         hint="someone holds a lock on this call; try again, or find the "
+                              "blocking session in pg_stat_activity")
+    if isinstance(exc, pgerrors.QueryCanceled) or state == "57014":
+        return StatementTimedOut(f"statement timeout: {where} ran too long",
+                                 hint="the database is slow or overloaded")
+    if state == "25006":
+        return ReadOnlySession("refused: this session is read-only")
+    if state == "42501":
+        return PermissionDenied(f"permission denied: {detail}",
+                                hint="your database role lacks the privilege for this action")
+    if state.startswith("LC"):
+        return ProtocolViolation(f"refused by the database: {detail}")
+    if state in ("22P02", "22007", "22008", "22023", "23514", "23502", "23505", "22003"):
+        return BadInput(f"bad input: {detail}")
+    disconnected = state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    if isinstance(exc, psycopg.OperationalError) or disconnected:
+        return DatabaseUnavailable(f"database connection lost: {detail}")
+    if state in ("42P01", "42883", "42703"):
+        return SchemaError(f"the schema is missing or out of date ({detail})",
+                           hint="run `leasectl migrate`")
+    return LeasectlError(f"database error in {where}: {detail}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

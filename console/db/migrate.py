@@ -1,0 +1,138 @@
+"""`leasectl migrate`: apply the numbered plain-SQL files of migrations/, once each.
+
+Idempotent (applied versions are skipped), serialised by an advisory lock, each file in its own
+transaction, its checksum recorded; refuses a database whose schema is newer than this code, or
+whose applied migrations were edited afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from console.db import sql
+from console.db.connect import Conn, execute_script, run, run_one
+from console.errors import SchemaError
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+    script: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.script.encode()).hexdigest()
+
+
+@dataclass
+class MigrationReport:
+    applied: list[str] = field(default_factory=list)
+    version: int | None = None
+    known_version: int = 0
+    notices: list[str] = field(default_factory=list)
+
+
+def discover(directory: Path | None = None) -> list[Migration]:
+    root = directory or sql.migrations_dir()
+    found = []
+    for path in sorted(root.glob("*.sql")):
+        m = _FILE.match(path.name)
+        if not m:
+            raise SchemaError(f"migration file {path.name} is not named NNNN_name.sql")
+        found.append(Migration(int(m.group(1)), path.stem, path, path.read_text(encoding="utf-8")))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise SchemaError("two migration files share a version number")
+    return found
+
+
+def known_version() -> int:
+    return max((m.version for m in discover()), default=0)
+
+
+def applied_versions(conn: Conn) -> dict[int, dict]:
+    present = run_one(conn, "meta/ledger_exists")
+    if not present or not present["present"]:
+        return {}
+    return {row["version"]: row for row in run(conn, "meta/migrations_applied")}
+
+
+def check_compatible(conn: Conn) -> int:
+    """The schema version, or a SchemaError telling the user what to run."""
+    applied = applied_versions(conn)
+    known = known_version()
+    if not applied:
+        raise SchemaError("this database has no leasectl schema", hint="run `leasectl migrate`")
+    current = max(applied)
+    if current > known:
+        raise SchemaError(
+            f"the database schema (version {current}) is newer than this leasectl knows ({known})",
+            hint="upgrade leasectl",
+        )
+    if current < known:
+        raise SchemaError(
+            f"the database schema is at version {current}; this leasectl needs {known}",
+            hint="run `leasectl migrate`",
+        )
+    return current
+
+
+def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
+    """Apply pending migrations. `conn` must be in autocommit mode (each file gets a transaction)."""
+    migrations = discover()
+    report = MigrationReport(known_version=max((m.version for m in migrations), default=0))
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and diag.message_primary.startswith("leasectl:"):
+            report.notices.append(diag.message_primary)
+
+    conn.add_notice_handler(on_notice)
+    run(conn, "meta/migrate_lock")
+    try:
+        run(conn, "meta/migrations_table")
+        applied = applied_versions(conn)
+        newest = max(applied, default=0)
+        if newest > report.known_version:
+            raise SchemaError(
+                f"the database schema (version {newest}) is newer than this leasectl knows "
+                f"({report.known_version}); refusing to touch it",
+                hint="upgrade leasectl",
+            )
+        for m in migrations:
+            recorded = applied.get(m.version)
+            if recorded and recorded["checksum"] and recorded["checksum"] != m.checksum:
+                raise SchemaError(
+                    f"migration {m.name} was changed after it was applied "
+                    f"(recorded {recorded['checksum'][:12]}, file {m.checksum[:12]})",
+                    hint="never edit an applied migration: add a new one",
+                )
+        for m in migrations:
+            if target is not None and m.version > target:
+                break
+            if m.version in applied:
+                if applied[m.version]["checksum"] is None:  # applied by psql -f
+                    run(conn, "meta/migrations_record", version=m.version, name=m.name,
+                        checksum=m.checksum)
+                continue
+            with conn.transaction():
+                execute_script(conn, m.script)
+                run(conn, "meta/migrations_record", version=m.version, name=m.name,
+                    checksum=m.checksum)
+            report.applied.append(m.name)
+        report.version = max(applied_versions(conn), default=None)
+    finally:
+        try:
+            run(conn, "meta/migrate_unlock")
+        except Exception:  # noqa: BLE001 - the lock dies with the session anyway
+            pass
+        conn.remove_notice_handler(on_notice)
+    return report

@@ -1,0 +1,187 @@
+"""Load the shared SQL files by name and turn their `:name` parameters into psycopg ones.
+
+The files under `queries/` are the contract that workers in any language run. Python never
+carries SQL of its own: it loads a file, checks the parameters it was given against the ones
+the file declares, and lets psycopg bind them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from console.errors import LeasectlError
+
+_IDENT_START = re.compile(r"[A-Za-z_]")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+class QueryError(LeasectlError):
+    """A query file is missing, or was called with the wrong parameters."""
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def queries_dir() -> Path:
+    return Path(os.environ.get("LEASECTL_QUERIES_DIR") or project_root() / "queries")
+
+
+def migrations_dir() -> Path:
+    return Path(os.environ.get("LEASECTL_MIGRATIONS_DIR") or project_root() / "migrations")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One SQL file: its name (`worker/claim`), psycopg text, declared parameters and header."""
+
+    name: str
+    source: str
+    text: str
+    params: tuple[str, ...]
+    purpose: str
+    zero_rows: str
+
+    @property
+    def path(self) -> str:
+        return f"queries/{self.name}.sql"
+
+    def bind(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Check `values` against the file's parameters; unknown or missing names fail loudly."""
+        given = dict(values or {})
+        unknown = sorted(set(given) - set(self.params))
+        missing = sorted(set(self.params) - set(given))
+        if unknown or missing:
+            parts = []
+            if unknown:
+                parts.append(f"unknown parameter(s) {', '.join(unknown)}")
+            if missing:
+                parts.append(f"missing parameter(s) {', '.join(missing)}")
+            raise QueryError(
+                f"{self.path}: {'; '.join(parts)} (it takes: {', '.join(self.params) or 'nothing'})"
+            )
+        return given
+
+
+def translate(source: str) -> tuple[str, tuple[str, ...]]:
+    """Rewrite `:name` placeholders as `%(name)s` and escape `%` for psycopg.
+
+    Left alone: `::casts`, string literals ('...', E'...'), quoted identifiers, dollar-quoted
+    bodies, and comments. Returns the text and the parameter names in order of first use.
+    """
+    out: list[str] = []
+    names: list[str] = []
+    i, n = 0, len(source)
+    while i < n:
+        ch = source[i]
+        nxt = source[i + 1] if i + 1 < n else ""
+        if ch == "-" and nxt == "-":
+            end = source.find("\n", i)
+            end = n if end == -1 else end
+            out.append(source[i:end].replace("%", "%%"))
+            i = end
+        elif ch == "/" and nxt == "*":
+            end = source.find("*/", i + 2)
+            if end == -1:
+                raise QueryError("unterminated /* comment")
+            out.append(source[i : end + 2].replace("%", "%%"))
+            i = end + 2
+        elif ch in ("'", '"'):
+            end = _end_of_quoted(source, i, ch)
+            out.append(source[i:end].replace("%", "%%"))
+            i = end
+        elif ch == "$" and (m := _DOLLAR_TAG.match(source, i)) and not _is_positional(source, i):
+            tag = m.group(0)
+            end = source.find(tag, m.end())
+            if end == -1:
+                raise QueryError(f"unterminated dollar quote {tag}")
+            out.append(source[i : end + len(tag)].replace("%", "%%"))
+            i = end + len(tag)
+        elif ch == ":" and nxt == ":":
+            out.append("::")
+            i += 2
+        elif ch == ":" and _IDENT_START.match(nxt):
+            m = _IDENT.match(source, i + 1)
+            assert m is not None
+            name = m.group(0)
+            if name not in names:
+                names.append(name)
+            out.append(f"%({name})s")
+            i = m.end()
+        elif ch == "%":
+            out.append("%%")
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out), tuple(names)
+
+
+def _is_positional(source: str, i: int) -> bool:
+    return i + 1 < len(source) and source[i + 1].isdigit()
+
+
+def _end_of_quoted(source: str, start: int, quote: str) -> int:
+    i = start + 1
+    backslash_escapes = quote == "'" and start > 0 and source[start - 1] in "eE"
+    while i < len(source):
+        c = source[i]
+        if backslash_escapes and c == "\\":
+            i += 2
+            continue
+        if c == quote:
+            if i + 1 < len(source) and source[i + 1] == quote:
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    raise QueryError(f"unterminated quoted text starting at offset {start}")
+
+
+def _header(source: str, label: str) -> str:
+    """The text after `-- Label:` in the leading comment, joined with its continuation lines."""
+    lines = []
+    capturing = False
+    for line in source.splitlines():
+        if not line.startswith("--"):
+            break
+        body = line[2:].strip()
+        if body.lower().startswith(label.lower() + ":"):
+            capturing = True
+            lines.append(body[len(label) + 1 :].strip())
+        elif capturing and line.startswith("--   "):
+            lines.append(body)
+        else:
+            capturing = False
+    return " ".join(lines)
+
+
+@functools.cache
+def load(name: str) -> Query:
+    """Load `queries/<name>.sql`, e.g. `load("worker/claim")`."""
+    path = queries_dir() / f"{name}.sql"
+    try:
+        source = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise QueryError(f"no query file {path}") from None
+    text, params = translate(source)
+    return Query(
+        name=name,
+        source=source,
+        text=text,
+        params=params,
+        purpose=_header(source, "Purpose"),
+        zero_rows=_header(source, "Zero rows"),
+    )
+
+
+def all_query_names() -> list[str]:
+    root = queries_dir()
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.sql"))

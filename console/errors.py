@@ -1,0 +1,64 @@
+"""Errors a user can read. Each carries the CLI exit code it maps to.
+
+Exit codes (contract): 0 done, 1 anything else, 2 bad input, 3 refused by a guard.
+"""
+
+from __future__ import annotations
+
+
+class LeasectlError(Exception):
+    """Base class: the message is meant for a human, no traceback needed."""
+
+    exit_code = 1
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+class BadInput(LeasectlError):
+    """Unknown or ambiguous id, bad option value."""
+
+    exit_code = 2
+
+
+class RefusedByGuard(LeasectlError):
+    """A guarded statement changed nothing: the world is not what the caller saw."""
+
+    exit_code = 3
+
+
+class DatabaseUnavailable(LeasectlError):
+    """Cannot connect, or the connection was lost."""
+
+
+class RowLocked(LeasectlError):
+    """lock_timeout: another transaction holds the row. Distinct from a slow statement."""
+
+
+class StatementTimedOut(LeasectlError):
+    """statement_timeout: the statement itself ran too long."""
+
+
+class ReadOnlySession(LeasectlError):
+    """The session is read-only (by --read-only, or the role cannot write)."""
+
+    exit_code = 3
+
+
+class PermissionDenied(LeasectlError):
+    """The database role lacks the privilege."""
+
+    exit_code = 3
+
+
+class ProtocolViolation(LeasectlError):
+    """The database's state machine refused the change (SQLSTATE class LC)."""
+
+    exit_code = 3
+
+
+class SchemaError(LeasectlError):
+    """The schema is missing, out of date, newer than this leasectl, or was altered."""

