@@ -112,12 +112,23 @@ class FencedReceiver:
             self._first_result[idempotency_key] = effect
             return Response(result, replayed=False, effect_seq=seq)
 
-    def status(self, idempotency_key: str) -> dict[str, Any] | None:
-        """What happened to this key, if the API lets you ask (only a verifiable one does)."""
+    def status(self, idempotency_key: str, *, object_id: str | None = None,
+               fence: int | None = None) -> dict[str, Any] | None:
+        """What happened to this key, if the API lets you ask (only a verifiable one does).
+
+        Asking under a fencing token registers it: a new owner that checks the status fences
+        the old owner out, exactly as if it had sent a request.
+        """
         if not self.verifiable:
             raise NotImplementedError(f"{self.name} offers no way to check an operation's status")
         with self._lock:
             first = self._first_result.get(idempotency_key)
+            target = object_id or (first.object_id if first else None)
+            if fence is not None and target is not None:
+                highest = self._highest.get(target, -1)
+                if fence < highest:
+                    raise StaleFence(target, fence, highest)
+                self._highest[target] = fence
             return first.result if first else None
 
     def highest_fence(self, object_id: str) -> int | None:
@@ -199,10 +210,15 @@ class ReceiverServer:
             def do_GET(self) -> None:
                 if self.path.startswith("/status/"):
                     key = self.path[len("/status/"):]
+                    fence_text = self.headers.get(FENCE_HEADER)
                     try:
-                        result = server.receiver.status(key)
+                        result = server.receiver.status(
+                            key, fence=int(fence_text) if fence_text else None)
                     except NotImplementedError as exc:
                         self._send(501, {"error": str(exc)})
+                        return
+                    except StaleFence as exc:
+                        self._send(409, {"error": str(exc), "highest": exc.highest})
                         return
                     self._send(200, {"result": result})
                 elif self.path == "/snapshot":
@@ -265,14 +281,18 @@ class ReceiverClient:
         return Response(payload["result"], replayed=payload["replayed"],
                         effect_seq=payload["effect_seq"])
 
-    def status(self, idempotency_key: str) -> dict[str, Any] | None:
+    def status(self, idempotency_key: str, *, fence: int | None = None) -> dict[str, Any] | None:
+        headers = {FENCE_HEADER: str(fence)} if fence is not None else {}
+        request = urllib.request.Request(f"{self.url}/status/{idempotency_key}", headers=headers)
         try:
-            with urllib.request.urlopen(f"{self.url}/status/{idempotency_key}",
-                                        timeout=self.timeout) as reply:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
                 return json.loads(reply.read())["result"]
         except urllib.error.HTTPError as exc:
             if exc.code == 501:
                 raise NotImplementedError("this receiver cannot report an operation's status") from None
+            if exc.code == 409:
+                detail = json.loads(exc.read() or b"{}")
+                raise StaleFence(idempotency_key, fence or -1, int(detail.get("highest", -1))) from None
             raise NoAnswer(f"receiver answered HTTP {exc.code}") from None
         except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
             raise NoAnswer(f"no answer from the receiver: {exc}") from None

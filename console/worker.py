@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from psycopg.types.json import Jsonb
@@ -41,6 +41,10 @@ from console.db.connect import Conn, connect, run_one
 from console.errors import DatabaseUnavailable, LeasectlError
 
 log = logging.getLogger("leasectl.worker")
+
+
+def _utcnow() -> str:
+    return datetime.now(UTC).isoformat()
 
 
 # ------------------------------------------------------------------ what a handler can raise
@@ -123,13 +127,16 @@ class Outcome:
     status: str  # succeeded | result_rejected | cancelled | failed | requeued | outcome_unknown | lease_lost
     detail: str = ""
     completed_despite_cancel: bool = False
+    # the next call, claimed in the same transaction as this one's completion (run loop only)
+    next_call: tuple[ClaimedCall, float, float] | None = None
 
 
 # ------------------------------------------------------------------------------ heartbeat
 
 
 class Heartbeat:
-    """Renews one call's lease on its own thread and connection, every H seconds.
+    """The lease of one claimed call, renewed every H seconds by its worker's heartbeat thread
+    (one long-lived thread and connection per worker, never the thread running the tool).
 
     `confirmed_until` is a local monotonic deadline: the moment the request that confirmed the
     lease was *sent*, plus the lease time the database reported left. Measuring from the send
@@ -145,41 +152,38 @@ class Heartbeat:
         self.stopped = threading.Event()
         self.confirmed_until = claimed_at_monotonic + lease_left
         self.last_confirmed_lease: datetime = call.lease_until
+        self.next_beat = time.monotonic() + call.heartbeat_seconds
         self.failures = 0
         self._lock = threading.Lock()
-        self._thread = threading.Thread(
-            target=self._loop, name=f"heartbeat-{call.short_id}", daemon=True
-        )
 
     def start(self) -> None:
-        self._thread.start()
+        self.worker._serve_heartbeat(self)
 
     def stop(self) -> None:
+        """No renewal after this returns: one already in flight is waited for."""
         self.stopped.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=self.call.lease_seconds)
-
-    def _loop(self) -> None:
-        interval = self.call.heartbeat_seconds
-        next_beat = time.monotonic() + interval
-        while not self.stopped.is_set():
-            if self.stopped.wait(max(0.0, next_beat - time.monotonic())):
-                return
-            if self.worker.partitioned.is_set():
-                # a simulated network partition (the demo): the beat never reaches the database
-                next_beat = time.monotonic() + interval
-                continue
-            self.beat()
-            if self.lost.is_set():
-                return
-            # after a failure, retry sooner: the lease is running out while we cannot reach it
-            next_beat = time.monotonic() + (interval if self.failures == 0 else min(interval, 0.5))
-
-    def beat(self) -> bool | None:
-        """One renewal. True: renewed; False: lost (zero rows); None: no answer from the database."""
+        self.worker._serve_heartbeat(None, only_if=self)
         with self._lock:
+            pass
+
+    def schedule_next(self) -> None:
+        interval = self.call.heartbeat_seconds
+        # after a failure, retry sooner: the lease is running out while we cannot reach it
+        self.next_beat = time.monotonic() + (interval if self.failures == 0 else min(interval, 0.5))
+
+    def beat(self, wait: float | None = None, *, scheduled: bool = False) -> bool | None:
+        """One renewal. True: renewed; False: lost (zero rows); None: no answer from the database.
+
+        `wait` bounds how long to queue behind a renewal already in flight (one that hangs on
+        the network must not hang the caller too). A `scheduled` beat is skipped once stopped.
+        """
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            return None
+        try:
             if self.lost.is_set():
                 return False
+            if scheduled and self.stopped.is_set():
+                return None
             sent = time.monotonic()
             try:
                 conn = self.worker._heartbeat_conn()
@@ -207,6 +211,8 @@ class Heartbeat:
                              level=logging.DEBUG)
             self.worker._observe("heartbeat", self.call, row["db_now"])
             return True
+        finally:
+            self._lock.release()
 
     def seconds_confirmed(self) -> float:
         return self.confirmed_until - time.monotonic()
@@ -278,7 +284,7 @@ class CallContext:
         margin = self.call.heartbeat_seconds + self.call.jitter_seconds
         if self._heartbeat.seconds_confirmed() < margin:
             # not enough lease left to be sure of finishing the step: confirm it first
-            renewed = self._heartbeat.beat()
+            renewed = self._heartbeat.beat(wait=margin / 2)
             if renewed is False:
                 raise LeaseLost(f"lease on {self.call.short_id} lost")
             if renewed is None or self._heartbeat.seconds_confirmed() < margin:
@@ -294,7 +300,7 @@ class CallContext:
             self.worker._drop_main_conn()
             self._ownership_unknown(request_id)
         if row is None:
-            self._heartbeat.beat()  # learn why: a cancel request, or the lease is gone
+            self._heartbeat.beat(wait=margin / 2)  # learn why: a cancel request, or the lease is gone
             if self.cancel_requested:
                 raise CancelRequested(f"cancel requested for {self.call.short_id}")
             raise LeaseLost(f"start_side_effect for {self.call.short_id} got zero rows")
@@ -333,7 +339,7 @@ class Worker:
     handlers: Mapping[str, Handler] | Handler
     tools: list[str] | None = None
     poll_interval: float = 0.2
-    limits: SessionLimits = WORKER_LIMITS
+    limits: SessionLimits = field(default_factory=lambda: WORKER_LIMITS)
     # called as observer(kind, job_id, fencing_token, db_time) after each successful guarded write
     observer: Observer | None = None
     # the demo sets this to simulate a worker cut off from the database
@@ -341,6 +347,13 @@ class Worker:
     _main: Conn | None = field(default=None, init=False, repr=False)
     _hb: Conn | None = field(default=None, init=False, repr=False)
     _main_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _events_lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _pending_events: list[tuple[ClaimedCall, str, dict[str, Any]]] = field(
+        default_factory=list, init=False, repr=False)
+    _beat_cond: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _active: Heartbeat | None = field(default=None, init=False, repr=False)
+    _beater: threading.Thread | None = field(default=None, init=False, repr=False)
+    _closing: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tools is None and isinstance(self.handlers, Mapping):
@@ -370,8 +383,50 @@ class Worker:
             self._hb = None
 
     def close(self) -> None:
+        with self._beat_cond:
+            self._closing = True
+            self._active = None
+            self._beat_cond.notify_all()
+        if self._beater is not None and self._beater is not threading.current_thread():
+            self._beater.join(timeout=5)
+        self._beater = None
+        self._closing = False
         self._drop_main_conn()
         self._drop_heartbeat_conn()
+
+    # --------------------------------------------------------------- heartbeat thread
+    def _serve_heartbeat(self, heartbeat: Heartbeat | None, only_if: Heartbeat | None = None) -> None:
+        with self._beat_cond:
+            if only_if is not None and self._active is not only_if:
+                return
+            self._active = heartbeat
+            if self._beater is None or not self._beater.is_alive():
+                self._beater = threading.Thread(target=self._beat_loop, daemon=True,
+                                                name=f"heartbeat-{self.worker_id}")
+                self._beater.start()
+            self._beat_cond.notify_all()
+
+    def _beat_loop(self) -> None:
+        while True:
+            with self._beat_cond:
+                if self._closing:
+                    return
+                heartbeat = self._active
+                if heartbeat is None:
+                    self._beat_cond.wait(timeout=1.0)
+                    continue
+                delay = heartbeat.next_beat - time.monotonic()
+                if delay > 0:
+                    self._beat_cond.wait(timeout=delay)
+                    continue
+            if self.partitioned.is_set():
+                # a simulated network partition (the demo): the beat never reaches the database
+                heartbeat.schedule_next()
+                continue
+            heartbeat.beat(scheduled=True)
+            heartbeat.schedule_next()
+            if heartbeat.lost.is_set():
+                self._serve_heartbeat(None, only_if=heartbeat)
 
     # --------------------------------------------------------------- logging
     def _log(self, event: str, call: ClaimedCall, level: int = logging.INFO, **fields: Any) -> None:
@@ -382,13 +437,25 @@ class Worker:
                 self.worker_id, extra)
 
     def _record_event(self, call: ClaimedCall, kind: str, details: dict[str, Any]) -> None:
-        """Best effort: the local log already has it; the database may be what failed."""
-        try:
-            run_one(self._heartbeat_conn(), "worker/record_event", job_id=call.id, kind=kind,
-                    actor=self.worker_id, fencing_token=call.fencing_token, details=Jsonb(details))
-        except LeasectlError as exc:
-            self._drop_heartbeat_conn()
-            self._log("event_not_recorded", call, kind=kind, error=str(exc), level=logging.WARNING)
+        """Best effort now, delivered later: the local log has it at once; the database (which may
+        be what failed) gets it as soon as it answers again, with the time it was observed."""
+        with self._events_lock:
+            self._pending_events.append((call, kind, {**details, "observed_at": _utcnow()}))
+        self.flush_events()
+
+    def flush_events(self) -> None:
+        with self._events_lock:
+            while self._pending_events:
+                call, kind, details = self._pending_events[0]
+                try:
+                    run_one(self._heartbeat_conn(), "worker/record_event", job_id=call.id, kind=kind,
+                            actor=self.worker_id, fencing_token=call.fencing_token,
+                            details=Jsonb(details))
+                except LeasectlError as exc:
+                    self._drop_heartbeat_conn()
+                    self._log("event_pending", call, kind=kind, error=str(exc), level=logging.WARNING)
+                    return
+                self._pending_events.pop(0)
 
     def _observe(self, kind: str, call: ClaimedCall, db_time: datetime | None) -> None:
         if self.observer is not None:
@@ -400,7 +467,10 @@ class Worker:
             return None
         sent = time.monotonic()
         row = run_one(self._main_conn(), "worker/claim", worker_id=self.worker_id, tools=self.tools)
-        if row is None:
+        return self._claimed(row, sent)
+
+    def _claimed(self, row: Mapping[str, Any] | None, sent: float) -> tuple[ClaimedCall, float, float] | None:
+        if row is None or row["id"] is None:
             return None
         call = ClaimedCall.from_row(row)
         lease_left = (row["lease_until"] - row["db_now"]).total_seconds()
@@ -411,34 +481,47 @@ class Worker:
 
     def run_once(self) -> Outcome | None:
         """Claim one call and take it to an outcome. None when there was nothing to do."""
+        if self._pending_events:
+            self.flush_events()
         claimed = self.claim()
         if claimed is None:
             return None
         return self.process(*claimed)
 
-    def run(self, stop: threading.Event, *, max_calls: int | None = None) -> int:
-        """Work until `stop` is set. Survives database restarts: it backs off and reconnects."""
+    def run(self, stop: threading.Event, *, max_calls: int | None = None, drain: bool = False) -> int:
+        """Work until `stop` is set (or, with `drain`, until there is nothing left to claim).
+        Survives database restarts: it backs off and reconnects. Completing a call and claiming
+        the next share one transaction (complete_and_claim.sql)."""
         done = 0
         backoff = self.poll_interval
+        claimed: tuple[ClaimedCall, float, float] | None = None
         while not stop.is_set() and (max_calls is None or done < max_calls):
             try:
-                outcome = self.run_once()
+                if self._pending_events:
+                    self.flush_events()
+                if claimed is None:
+                    claimed = self.claim()
+                if claimed is None:
+                    if drain:
+                        break
+                    stop.wait(self.poll_interval)
+                    continue
+                more = max_calls is None or done + 1 < max_calls
+                outcome = self.process(*claimed, chain=more)
+                claimed = outcome.next_call if not stop.is_set() else None
+                done += 1
+                backoff = self.poll_interval
             except DatabaseUnavailable as exc:
                 log.warning("database unavailable for %s: %s", self.worker_id, exc)
+                claimed = None
                 self.close()
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
-                continue
             except LeasectlError as exc:
                 log.warning("worker %s: %s", self.worker_id, exc)
+                claimed = None
                 self._drop_main_conn()
                 stop.wait(backoff)
-                continue
-            backoff = self.poll_interval
-            if outcome is None:
-                stop.wait(self.poll_interval)
-            else:
-                done += 1
         self.close()
         return done
 
@@ -447,7 +530,10 @@ class Worker:
             return self.handlers[tool]
         return self.handlers
 
-    def process(self, call: ClaimedCall, claimed_at: float, lease_left: float) -> Outcome:
+    def process(self, call: ClaimedCall, claimed_at: float, lease_left: float, *,
+                chain: bool = False) -> Outcome:
+        """Run the tool and record its outcome. With `chain`, a successful completion also claims
+        the next call in the same transaction (returned as Outcome.next_call)."""
         heartbeat = Heartbeat(self, call, claimed_at, lease_left)
         heartbeat.start()
         ctx = CallContext(self, call, heartbeat)
@@ -474,34 +560,78 @@ class Worker:
             return self._fail(call, {"message": f"{type(exc).__name__}: {exc}"}, retryable=True)
         if heartbeat.cancel_requested.is_set() and result is None:
             return self._confirm_cancel(call)
-        return self._complete(call, result)
+        if not heartbeat.lost.is_set() and heartbeat.seconds_confirmed() < call.heartbeat_seconds:
+            # the last confirmation is old (a long pause, a stopped process): ask once more, so
+            # that a lost lease is known and logged as such before anything is written
+            heartbeat.beat(wait=call.heartbeat_seconds)
+        if heartbeat.lost.is_set():
+            # the lease is known lost: the result is not written at all
+            self._log("result_rejected", call, reason="lease_lost")
+            self._record_event(call, "result_rejected", {"reason": "lease_lost", "written": False})
+            return Outcome(call.id, call.fencing_token, "result_rejected", "lease lost before commit")
+        return self._complete(call, result, chain=chain)
 
     # --------------------------------------------------------------- endings
     def _guarded(self, name: str, **params: Any) -> dict[str, Any] | None:
-        """Run a final guarded write; on a lost connection the write's fate is unknown, and the
-        lease (which then expires) decides. Never retried blindly."""
-        try:
-            with self._main_lock:
-                return run_one(self._main_conn(), name, **params)
-        except DatabaseUnavailable:
-            self._drop_main_conn()
-            raise
+        """Run a final guarded write. If the connection breaks, the write may or may not have
+        committed: reconnect and send it once more (the guard makes a repeat harmless); the
+        caller then tells "my first attempt landed" from "rejected" by reading the call."""
+        for attempt in range(2):
+            try:
+                with self._main_lock:
+                    return run_one(self._main_conn(), name, **params)
+            except DatabaseUnavailable:
+                self._drop_main_conn()
+                if attempt == 1:
+                    raise
+                time.sleep(0.2)
+        return None  # pragma: no cover - the loop returns or raises
 
-    def _complete(self, call: ClaimedCall, result: Any) -> Outcome:
+    def _landed(self, call: ClaimedCall, state: str) -> dict[str, Any] | None:
+        """After a zero-row answer to a retried write: did the first attempt commit?"""
+        try:
+            row = run_one(self._main_conn(), "views/job", job_id=call.id)
+        except LeasectlError:
+            return None
+        if row and row["state"] == state and row["owner_id"] == self.worker_id \
+                and row["fencing_token"] == call.fencing_token:
+            return row
+        return None
+
+    def _complete(self, call: ClaimedCall, result: Any, *, chain: bool = False) -> Outcome:
         if self.partitioned.is_set():
-            # cut off: the write cannot reach the database; it is retried after the partition
+            # cut off: the write cannot reach the database; it is sent after the partition
             while self.partitioned.is_set():
                 time.sleep(0.05)
-        row = self._guarded("worker/complete", job_id=call.id, worker_id=self.worker_id,
-                            fencing_token=call.fencing_token, result=Jsonb(result))
+        sent = time.monotonic()
+        next_call = None
+        both = None
+        if chain:
+            try:
+                with self._main_lock:
+                    both = run_one(self._main_conn(), "worker/complete_and_claim", job_id=call.id,
+                                   worker_id=self.worker_id, fencing_token=call.fencing_token,
+                                   result=Jsonb(result), tools=self.tools)
+            except DatabaseUnavailable:
+                # fate unknown; the plain retry below cannot claim a second call by accident
+                self._drop_main_conn()
+        if both is not None:
+            row = both if both["completed"] else None
+            next_call = self._claimed(both, sent)
+        else:
+            row = self._guarded("worker/complete", job_id=call.id, worker_id=self.worker_id,
+                                fencing_token=call.fencing_token, result=Jsonb(result))
+        if row is None and (landed := self._landed(call, "succeeded")) is not None:
+            row = landed  # our first attempt committed; only its answer was lost
         if row is None:
             self._log("result_rejected", call, reason="zero_rows")
             self._record_event(call, "result_rejected", {"reason": "zero_rows"})
-            return Outcome(call.id, call.fencing_token, "result_rejected", "complete.sql: zero rows")
+            return Outcome(call.id, call.fencing_token, "result_rejected", "complete.sql: zero rows",
+                           next_call=next_call)
         self._observe("complete", call, row["finished_at"])
         self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"])
         return Outcome(call.id, call.fencing_token, "succeeded",
-                       completed_despite_cancel=row["completed_despite_cancel"])
+                       completed_despite_cancel=row["completed_despite_cancel"], next_call=next_call)
 
     def _confirm_cancel(self, call: ClaimedCall) -> Outcome:
         row = self._guarded("worker/confirm_cancel", job_id=call.id, worker_id=self.worker_id,

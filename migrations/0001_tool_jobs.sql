@@ -45,7 +45,7 @@ create table tool_jobs (
     attempt                   integer not null default 0 check (attempt >= 0),
     -- attempts granted by humans on top of tools.max_attempts (approve_retry adds one)
     extra_attempts            integer not null default 0 check (extra_attempts >= 0),
-    idempotency_key           text not null unique,
+    idempotency_key           text collate "C" not null unique,  -- C: prefix LIKE uses the index
     payload                   jsonb not null,
     payload_hash              text,
     result                    jsonb,
@@ -85,10 +85,7 @@ create index tool_jobs_live_idx on tool_jobs (state, tool)
 create index tool_jobs_failed_idx on tool_jobs (finished_at) where state = 'failed';
 -- the calls list pages through everything by keyset, newest first
 create index tool_jobs_created_idx on tool_jobs (created_at, id);
--- idempotency-key lineage: keys that share a prefix (report:42:stage:1, report:42:stage:2, ...)
-create index tool_jobs_key_prefix_idx on tool_jobs (idempotency_key text_pattern_ops);
 create index tool_jobs_agent_idx on tool_jobs (agent_id) where agent_id is not null;
-create index tool_jobs_owner_idx on tool_jobs (owner_id, created_at) where owner_id is not null;
 create index tool_jobs_external_request_idx on tool_jobs (external_request_id)
     where external_request_id is not null;
 
@@ -345,24 +342,24 @@ create trigger job_events_no_truncate
     before truncate on job_events
     for each statement execute function leasectl_job_events_append_only();
 
--- Ownership and state kinds are the trigger's alone (pg_trigger_depth() > 1 when written from
--- the tool_jobs triggers), so a client cannot forge the ownership timeline. Operator kinds need
--- the privileges of an operator (the right to approve a retry).
+-- Ownership and state kinds are the tool_jobs triggers' alone. Those run SECURITY DEFINER, i.e.
+-- as the owner of the tables, so "written by the owner" is the test: a client cannot forge the
+-- ownership timeline, not even from a trigger of its own on a temporary table. Operator kinds
+-- need the privileges of an operator (the right to approve a retry). Time is always now().
 create function leasectl_job_events_kind_guard() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, public as $$
 begin
-    if pg_trigger_depth() <= 1 then
-        if new.kind in ('enqueued', 'claimed', 'reclaimed', 'state_changed', 'fenced',
-                        'side_effect_started') then
-            raise exception 'event kind % is written by the database itself', new.kind
-                using errcode = 'LCH02';
-        end if;
-        if new.kind like 'operator\_%'
-           and not has_column_privilege('public.tool_jobs', 'retry_approved_by', 'UPDATE') then
-            raise exception 'only an operator may record %', new.kind using errcode = 'LCH02';
-        end if;
-        new.at := now();
+    if new.kind in ('enqueued', 'claimed', 'reclaimed', 'state_changed', 'fenced',
+                    'side_effect_started')
+       and current_user <> (select pg_get_userbyid(relowner) from pg_class where oid = tg_relid) then
+        raise exception 'event kind % is written by the database itself', new.kind
+            using errcode = 'LCH02';
     end if;
+    if new.kind like 'operator\_%'
+       and not has_column_privilege('public.tool_jobs', 'retry_approved_by', 'UPDATE') then
+        raise exception 'only an operator may record %', new.kind using errcode = 'LCH02';
+    end if;
+    new.at := now();
     return new;
 end $$;
 

@@ -7,6 +7,9 @@
 --
 -- Roles are cluster-wide. Where the migrating user may not create roles, the roles are skipped
 -- with a NOTICE and the schema still works for its owner; `leasectl doctor` reports it.
+-- Two databases of one cluster may be migrated at the same moment (the advisory lock of
+-- `leasectl migrate` is per database): every cluster-wide step here is idempotent and
+-- tolerates the other migrator doing the same step concurrently.
 --
 -- Settings made with ALTER ROLE apply to a session that logs in *as* that role, not to members
 -- of it: give each login role the same settings (doctor prints the commands).
@@ -19,8 +22,11 @@ begin
         if not exists (select 1 from pg_roles where rolname = r) then
             begin
                 execute format('create role %I nologin', r);
-            exception when insufficient_privilege then
-                raise notice 'leasectl: % may not create role %; skipping roles (run this migration as a role with CREATEROLE to get them)', current_user, r;
+            exception
+                when insufficient_privilege then
+                    raise notice 'leasectl: % may not create role %; skipping roles (run this migration as a role with CREATEROLE to get them)', current_user, r;
+                when duplicate_object or unique_violation then
+                    null;  -- created at this moment by a migrator of another database
             end;
         end if;
     end loop;
@@ -40,15 +46,7 @@ begin
                       external_request_id, terminal_reason, completed_despite_cancel,
                       idempotency_key)
             on tool_jobs to leasectl_worker;
-        begin
-            alter role leasectl_worker set statement_timeout = '5s';
-            alter role leasectl_worker set lock_timeout = '2s';
-            alter role leasectl_worker set idle_in_transaction_session_timeout = '30s';
-        exception when insufficient_privilege then
-            raise notice 'leasectl: cannot set timeouts on leasectl_worker as %', current_user;
-        end;
     end if;
-
     if exists (select 1 from pg_roles where rolname = 'leasectl_operator') then
         grant select on tools, tool_jobs, job_events, leasectl_migrations to leasectl_operator;
         grant insert on job_events to leasectl_operator;
@@ -59,25 +57,48 @@ begin
                       retry_approved_at, retry_approved_reason, terminal_reason, extra_attempts,
                       side_effect_started_at, error)
             on tool_jobs to leasectl_operator;
-        begin
-            alter role leasectl_operator set statement_timeout = '10s';
-            alter role leasectl_operator set lock_timeout = '3s';
-            alter role leasectl_operator set idle_in_transaction_session_timeout = '60s';
-        exception when insufficient_privilege then
-            raise notice 'leasectl: cannot set timeouts on leasectl_operator as %', current_user;
-        end;
     end if;
-
     if exists (select 1 from pg_roles where rolname = 'leasectl_auditor') then
         grant select on tools, tool_jobs, job_events, leasectl_migrations to leasectl_auditor;
-        begin
-            alter role leasectl_auditor set statement_timeout = '30s';
-            alter role leasectl_auditor set lock_timeout = '1s';
-            alter role leasectl_auditor set idle_in_transaction_session_timeout = '60s';
-        exception when insufficient_privilege then
-            raise notice 'leasectl: cannot set timeouts on leasectl_auditor as %', current_user;
-        end;
     end if;
+end $$;
+
+-- Per-role limits: a worker's statement is short; an operator may wait a little longer for a
+-- lock; an auditor reads more but never holds a transaction open.
+do $$
+declare
+    s record;
+begin
+    for s in
+        select * from (values
+            ('leasectl_worker', 'statement_timeout', '5s'),
+            ('leasectl_worker', 'lock_timeout', '2s'),
+            ('leasectl_worker', 'idle_in_transaction_session_timeout', '30s'),
+            ('leasectl_operator', 'statement_timeout', '10s'),
+            ('leasectl_operator', 'lock_timeout', '3s'),
+            ('leasectl_operator', 'idle_in_transaction_session_timeout', '60s'),
+            ('leasectl_auditor', 'statement_timeout', '30s'),
+            ('leasectl_auditor', 'lock_timeout', '1s'),
+            ('leasectl_auditor', 'idle_in_transaction_session_timeout', '60s')
+        ) as v(role_name, setting, value)
+    loop
+        continue when not exists (select 1 from pg_roles where rolname = s.role_name);
+        continue when exists (
+            select 1 from pg_db_role_setting d join pg_roles ro on ro.oid = d.setrole
+            where ro.rolname = s.role_name and d.setdatabase = 0
+              and s.setting || '=' || s.value = any (d.setconfig));
+        begin
+            execute format('alter role %I set %s = %L', s.role_name, s.setting, s.value);
+        exception
+            when insufficient_privilege then
+                raise notice 'leasectl: cannot set % on % as %', s.setting, s.role_name, current_user;
+            when others then
+                -- "tuple concurrently updated": a migrator of another database set it just now
+                if sqlstate <> 'XX000' then
+                    raise;
+                end if;
+        end;
+    end loop;
 end $$;
 
 insert into leasectl_migrations (version, name) values (2, '0002_roles')

@@ -136,3 +136,11 @@ def worker_id(request: pytest.FixtureRequest) -> str:
 
 def server_host_port(dsn: str) -> dict[str, str]:
     return {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With LEASECTL_MIN_TESTS set (make test does), collecting fewer tests is a failure: a
+    renamed file or a bad -k must not turn into a quiet green run."""
+    minimum = int(os.environ.get("LEASECTL_MIN_TESTS", "0"))
+    if minimum and len(session.items) < minimum:
+        raise pytest.UsageError(f"only {len(session.items)} tests collected, expected at least {minimum}")

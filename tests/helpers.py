@@ -133,3 +133,15 @@ def expire_lease(conn: Conn, job_id: Any) -> None:
     wait_until(lambda: conn.execute(
         "select lease_until < now() as gone from tool_jobs where id = %s", (job_id,)
     ).fetchone()["gone"], timeout=30, what="the lease to expire")
+
+
+def ensure_login(admin: Any, login: str, group: str | None = None) -> None:
+    """Create a login role once, whichever parallel test process gets there first."""
+    import psycopg
+
+    try:
+        admin.execute(f"create role {login} login")
+    except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+        pass
+    if group:
+        admin.execute(f"grant {group} to {login}")

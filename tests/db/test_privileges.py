@@ -7,7 +7,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
-from tests.helpers import FAST, claim, enqueue, register_tool, start_side_effect
+from tests.helpers import FAST, claim, enqueue, ensure_login, register_tool, start_side_effect
 
 LOGINS = {"lc_test_worker": "leasectl_worker", "lc_test_operator": "leasectl_operator",
           "lc_test_auditor": "leasectl_auditor"}
@@ -17,10 +17,7 @@ LOGINS = {"lc_test_worker": "leasectl_worker", "lc_test_operator": "leasectl_ope
 def logins(pg_server):
     with pg_server.admin() as admin:
         for login, group in LOGINS.items():
-            exists = admin.execute("select 1 from pg_roles where rolname=%s", (login,)).fetchone()
-            if not exists:
-                admin.execute(f"create role {login} login")
-            admin.execute(f"grant {group} to {login}")
+            ensure_login(admin, login, group)
     return LOGINS
 
 
@@ -67,10 +64,9 @@ def test_worker_cannot_approve_a_retry(db, logins, outcome_unknown_call):
 
 
 def test_worker_cannot_forge_operator_events(db, logins, outcome_unknown_call):
-    with as_role(db, "lc_test_worker") as conn:
-        with pytest.raises(psycopg.Error, match="only an operator"):
-            conn.execute("insert into job_events (job_id, kind, actor) values (%s, 'operator_cancel', 'ceo')",
-                         (outcome_unknown_call,))
+    with as_role(db, "lc_test_worker") as conn, pytest.raises(psycopg.Error, match="only an operator"):
+        conn.execute("insert into job_events (job_id, kind, actor) values (%s, 'operator_cancel', 'ceo')",
+                     (outcome_unknown_call,))
 
 
 def test_worker_runs_the_whole_protocol(db, logins):
@@ -114,3 +110,22 @@ def test_group_roles_carry_timeouts(db, logins):
     for role in ("leasectl_worker", "leasectl_operator", "leasectl_auditor"):
         for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"):
             assert name in settings[role], (role, name)
+
+
+def test_worker_cannot_forge_the_ownership_timeline(db, logins, outcome_unknown_call):
+    from console.db.connect import run_one
+    from console.errors import LeasectlError
+
+    with as_role(db, "lc_test_worker") as conn:
+        with pytest.raises(LeasectlError, match="written by the database itself"):
+            run_one(conn, "worker/record_event", job_id=outcome_unknown_call, kind="claimed",
+                    actor="evil", fencing_token=99, details=None)
+        # not even from a trigger of its own (a temporary table: TEMP is granted to PUBLIC)
+        conn.execute("create temp table sneaky (x int)")
+        conn.execute(
+            "create function pg_temp.forge() returns trigger language plpgsql as $$ begin "
+            "insert into public.job_events (job_id, kind, actor, fencing_token) "
+            f"values ('{outcome_unknown_call}', 'claimed', 'evil', 99); return new; end $$")
+        conn.execute("create trigger forge after insert on sneaky for each row execute function pg_temp.forge()")
+        with pytest.raises(psycopg.Error, match="written by the database itself"):
+            conn.execute("insert into sneaky values (1)")

@@ -1,0 +1,74 @@
+-- Purpose: the reference worker's fast path: commit the result of the call it holds AND claim
+--   the next call, in one transaction and one round trip (one commit instead of two). The
+--   completion is exactly complete.sql's guarded write; the claim is exactly claim.sql (a test
+--   keeps the two texts identical). Either both happen or neither does.
+-- Zero rows: never. One row: completed (false = the result was rejected, as complete.sql's
+--   zero rows), then the next call's claim columns (all null when there was nothing to claim).
+-- Parameters: job_id, worker_id, fencing_token, result, tools
+with completed as (
+    update tool_jobs
+    set state       = 'succeeded',
+        result      = :result::jsonb,
+        lease_until = null
+    where id = :job_id::uuid
+      and state in ('running', 'cancel_requested')
+      and owner_id = :worker_id::text
+      and fencing_token = :fencing_token::bigint
+      and lease_until > now()
+    returning id, completed_despite_cancel, finished_at
+),
+expired as (
+    select j.id
+    from tool_jobs j
+    join tools t on t.name = j.tool
+    where j.state = 'running'
+      and j.lease_until < now()
+      and (:tools::text[] is null or j.tool = any(:tools::text[]))
+      and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
+      and j.attempt < t.max_attempts + j.extra_attempts
+      and (j.deadline_at is null or j.deadline_at > now())
+    order by j.lease_until
+    limit 1
+    for update of j skip locked
+),
+fresh as (
+    select j.id
+    from tool_jobs j
+    join tools t on t.name = j.tool
+    where j.state = 'queued'
+      and not exists (select 1 from expired)
+      and (:tools::text[] is null or j.tool = any(:tools::text[]))
+      and j.attempt < t.max_attempts + j.extra_attempts
+      and (j.deadline_at is null or j.deadline_at > now())
+    order by j.created_at
+    limit 1
+    for update of j skip locked
+),
+candidate as (
+    select id from expired
+    union all
+    select id from fresh
+),
+claimed as (
+    update tool_jobs j
+    set state         = 'running',
+        owner_id      = :worker_id::text,
+        lease_until   = now() + t.lease_seconds * interval '1 second',
+        heartbeat_at  = now(),
+        fencing_token = j.fencing_token + 1,
+        attempt       = j.attempt + 1,
+        claimed_at    = now()
+    from candidate c, tools t
+    where j.id = c.id
+      and t.name = j.tool
+    returning j.id, j.payload, j.fencing_token, j.lease_until, j.attempt, j.tool,
+              j.side_effect_started_at, j.external_request_id, j.idempotency_key, j.deadline_at,
+              j.agent_id, t.side_effect, t.heartbeat_seconds, t.lease_seconds, t.jitter_seconds,
+              now() as db_now
+)
+select exists (select 1 from completed) as completed,
+       d.completed_despite_cancel, d.finished_at,
+       n.*
+from (select 1) as one
+left join completed d on true
+left join claimed n on true

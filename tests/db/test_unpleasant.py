@@ -1,0 +1,121 @@
+"""The seed's unpleasant test, with real processes (seed 000, last paragraph).
+
+W1 claims and sends a request to the receiver; W1 is frozen (SIGSTOP) past its lease; W2 claims
+and does the work; W1 resumes. Its heartbeat and its result get nowhere, the receiver saw no
+second effect from W1, and job_events tells the story. Once per side-effect class.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from console.db.connect import run_one
+from console.receiver import FencedReceiver, ReceiverClient, ReceiverServer, StaleFence
+from tests.conftest import ROOT
+from tests.helpers import complete, enqueue, events, expire_lease, job, register_tool, sweep, wait_until
+
+
+def spawn(dsn: str, worker_id: str, receiver_url: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.procs.worker_proc", "--dsn", dsn, "--worker-id", worker_id,
+         "--receiver", receiver_url, *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+@pytest.fixture
+def receiver_for():
+    servers = []
+
+    def make(verifiable: bool) -> tuple[FencedReceiver, str]:
+        receiver = FencedReceiver(name="api", verifiable=verifiable)
+        server = ReceiverServer(receiver).start()
+        servers.append(server)
+        return receiver, server.url
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+@pytest.mark.parametrize("side_effect", ["read_only", "mutating_verifiable", "mutating_unverifiable"])
+def test_frozen_worker_wakes_after_its_lease_was_taken(db, receiver_for, side_effect):
+    receiver, url = receiver_for(verifiable=side_effect != "mutating_unverifiable")
+    procs: list[subprocess.Popen] = []
+    try:
+        with db.connect() as conn:
+            register_tool(conn, "tool", side_effect, lease_seconds=1.5, heartbeat_seconds=0.3,
+                          missed_heartbeats=2, jitter_seconds=0.3)
+            call = enqueue(conn, "tool", "inv-7:capture", {"object": "inv-7", "work_seconds": 4})
+
+            w1 = spawn(db.dsn, "W1", url, "--max-calls", "1")
+            procs.append(w1)
+            wait_until(lambda: len(receiver.effects) == 1 or w1.poll() is not None, timeout=20,
+                       what="W1's request")
+            assert w1.poll() is None, w1.communicate()[0]
+            os.kill(w1.pid, signal.SIGSTOP)
+            expire_lease(conn, call["id"])
+
+            if side_effect == "mutating_unverifiable":
+                assert [s["state_to"] for s in sweep(conn)] == ["outcome_unknown"]
+                w2 = spawn(db.dsn, "W2", url, "--seconds", "1.5")
+            else:
+                w2 = spawn(db.dsn, "W2", url, "--max-calls", "1")
+            procs.append(w2)
+            w2_out = w2.communicate(timeout=30)[0]
+            assert w2.returncode == 0, w2_out
+
+            os.kill(w1.pid, signal.SIGCONT)
+            w1_out = w1.communicate(timeout=30)[0]
+            assert w1.returncode == 0, w1_out
+
+            final = job(conn, call["id"])
+            history = events(conn, call["id"])
+            w1_events = [(e["kind"], e["fencing_token"]) for e in history if e["actor"] == "W1"]
+            assert ("heartbeat_lost", 1) in w1_events, w1_out
+            assert ("result_rejected", 1) in w1_events, w1_out
+            # W1's identity gets zero rows from every guarded write, whatever it tries now
+            w1_view = {"id": call["id"], "fencing_token": 1}
+            assert complete(conn, w1_view, "W1", {"by": "W1"}) is None
+            assert run_one(conn, "worker/heartbeat", job_id=call["id"], worker_id="W1", fencing_token=1) is None
+            assert run_one(conn, "worker/start_side_effect", job_id=call["id"], worker_id="W1",
+                           fencing_token=1, external_request_id="late") is None
+
+            w1_effects = [e for e in receiver.effects if e.sender == "W1"]
+            assert len(w1_effects) == 1 and w1_effects[0].fence == 1, "one effect from W1: before the freeze"
+            assert len(receiver.effects) == 1, "nobody did it twice"
+
+            if side_effect == "mutating_unverifiable":
+                assert final["state"] == "outcome_unknown", "nobody retries it: it waits for a human"
+                assert final["fencing_token"] == 1 and "W2" not in w2_out.replace("--worker-id W2", "")
+                assert final["health"] == "outcome_unknown"
+                assert not any(e["actor"] == "W2" for e in history)
+            else:
+                assert final["state"] == "succeeded" and final["fencing_token"] == 2
+                assert final["result"]["by"] == "W2", "the result is the new owner's"
+                assert receiver.highest_fence("inv-7") == 2
+                with pytest.raises(StaleFence):  # the zombie's late request, straight to the API
+                    ReceiverClient(url).submit(object_id="inv-7", idempotency_key="inv-7:late", fence=1,
+                                               operation="capture", sender="W1")
+                if side_effect == "mutating_verifiable":
+                    checked = [e for e in history if e["kind"] == "side_effect_checked"]
+                    assert checked and checked[0]["actor"] == "W2" and checked[0]["details"]["found"] is True
+                    assert final["result"]["verified"] is True, "W2 checked the status instead of redoing it"
+
+            story = [(e["kind"], e["actor"], e["fencing_token"]) for e in history]
+            claimed = [s for s in story if s[0] in ("claimed", "reclaimed")]
+            assert claimed[0] == ("claimed", "W1", 1)
+            if side_effect != "mutating_unverifiable":
+                # reclaimed directly by W2's claim, or requeued by a sweep then claimed
+                assert claimed[-1][1:] == ("W2", 2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()

@@ -1,0 +1,96 @@
+"""The query loader: `:name` becomes a psycopg parameter; nothing else is touched."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from console.db import sql
+from console.db.sql import QueryError, translate
+
+
+def test_params_casts_strings_comments_and_dollar_quotes():
+    text, names = translate(
+        "select :a::int, ':not_a_param', \"col:x\", $$ :nope $$, $tag$ :no $tag$ -- :comment\n"
+        "/* :block */ from t where x = :b and y = :a and z like 'a%' and arr[1:2] = 1"
+    )
+    assert names == ("a", "b")
+    assert "%(a)s::int" in text and "%(b)s" in text
+    assert "':not_a_param'" in text and "$$ :nope $$" in text and "-- :comment" in text
+    assert "like 'a%%'" in text, "a literal % must survive psycopg's formatting"
+    assert "arr[1:2]" in text
+
+
+def test_escaped_quotes_and_e_strings():
+    text, names = translate("select 'it''s :x', E'\\':y', :z")
+    assert names == ("z",)
+
+
+def test_bind_fails_loudly_on_unknown_and_missing():
+    q = sql.load("worker/heartbeat")
+    assert q.params == ("job_id", "worker_id", "fencing_token")
+    with pytest.raises(QueryError, match="unknown parameter\\(s\\) jobid"):
+        q.bind({"jobid": 1, "job_id": 1, "worker_id": "w", "fencing_token": 1})
+    with pytest.raises(QueryError, match="missing parameter\\(s\\) fencing_token"):
+        q.bind({"job_id": 1, "worker_id": "w"})
+
+
+def test_missing_file_fails_loudly():
+    with pytest.raises(QueryError, match="no query file"):
+        sql.load("worker/nope")
+
+
+def test_unterminated_quote_is_an_error():
+    with pytest.raises(QueryError):
+        translate("select 'oops")
+
+
+# The public contract (DESIGN.md): file names and their exact parameters.
+CONTRACT = {
+    "worker/enqueue": {"tool", "idempotency_key", "payload", "agent_id", "session_id", "deadline_at", "model", "provider"},
+    "worker/claim": {"worker_id", "tools"},
+    "worker/heartbeat": {"job_id", "worker_id", "fencing_token"},
+    "worker/start_side_effect": {"job_id", "worker_id", "fencing_token", "external_request_id"},
+    "worker/complete": {"job_id", "worker_id", "fencing_token", "result"},
+    "worker/fail": {"job_id", "worker_id", "fencing_token", "error", "retryable"},
+    "worker/confirm_cancel": {"job_id", "worker_id", "fencing_token"},
+    "worker/report_outcome_unknown": {"job_id", "worker_id", "fencing_token", "error"},
+    "worker/record_event": {"job_id", "kind", "actor", "fencing_token", "details"},
+    "supervisor/sweep": set(),
+    "operator/request_cancel": {"job_id", "seen_state", "seen_token", "operator", "reason"},
+    "operator/mark_terminal": {"job_id", "seen_state", "seen_token", "terminal_state", "operator", "reason", "force"},
+    "operator/approve_retry": {"job_id", "seen_state", "seen_token", "operator", "reason"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+def test_contract_files_exist_with_exact_parameters(name):
+    assert set(sql.load(name).params) == CONTRACT[name]
+
+
+@pytest.mark.parametrize("name", sql.all_query_names())
+def test_every_query_file_says_what_it_does_and_what_zero_rows_mean(name):
+    q = sql.load(name)
+    assert q.purpose, f"{q.path} has no '-- Purpose:' line"
+    assert q.zero_rows, f"{q.path} has no '-- Zero rows:' line"
+    declared = re.search(r"^-- Parameters:(.*(?:\n--   .*)*)", q.source, re.M)
+    assert declared, f"{q.path} has no '-- Parameters:' line"
+    for name in q.params:
+        assert re.search(rf"\b{name}\b", declared.group(1)), f"{q.path}: header does not list {name}"
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def test_fused_complete_and_claim_keeps_claim_and_complete_identical():
+    claim = sql.load("worker/claim").source
+    fused = sql.load("worker/complete_and_claim").source
+    ctes = claim[claim.index("with expired as (") + len("with "):claim.index("update tool_jobs j")]
+    update = claim[claim.index("update tool_jobs j"):]
+    assert _normalise(ctes) in _normalise(fused), "claim.sql's CTEs drifted"
+    assert _normalise(update) in _normalise(fused), "claim.sql's update drifted"
+    complete = sql.load("worker/complete").source
+    where = complete[complete.index("where id"):complete.index("returning")]
+    assert _normalise(where) in _normalise(fused), "complete.sql's guard drifted"
