@@ -6,6 +6,7 @@ Exit codes (contract): 0 done, 1 anything else, 2 bad input, 3 refused by a guar
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -30,8 +31,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks (figures printed with their conditions).", add_completion=False)
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DsnOption = Annotated[
     str | None,
@@ -105,6 +106,219 @@ def doctor(dsn: DsnOption = None) -> None:
     if failed:
         err.print(f"[bold red]{len(failed)} check(s) failed[/]")
         raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------- the console
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    dsn: DsnOption = None,
+    read_only: Annotated[bool, typer.Option("--read-only", help="No action is possible; the database "
+                                                                "session itself is read-only")] = False,
+    operator: Annotated[str | None, typer.Option("--operator", help="Your name in the journal "
+                                                                    "(default: $USER)")] = None,
+    poll: Annotated[float, typer.Option("--poll", min=0.2, help="Seconds between refreshes "
+                                                                "(NOTIFY refreshes sooner)")] = 2.0,
+) -> None:
+    """Open the console (when no command is given)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    friendly(_run_console)(dsn, read_only, operator, poll)
+
+
+def _run_console(dsn: str | None, read_only: bool, operator: str | None, poll: float) -> None:
+    from console.config import default_operator
+    from console.db.session import ConsoleSession
+    from console.tui.app import LeasectlApp
+
+    resolved = resolve_dsn(dsn)
+    session = ConsoleSession(resolved, operator=operator or default_operator(), read_only=read_only)
+    LeasectlApp(session, poll_seconds=poll).run()
+
+
+# ----------------------------------------------------------------------------- reads
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (contract column names)")]
+JobArgument = Annotated[str, typer.Argument(help="Call id, or a unique prefix of it", show_default=False)]
+
+
+def _connect(dsn: str | None):  # type: ignore[no-untyped-def]
+    from console.db.connect import connect
+    from console.db.migrate import check_compatible
+
+    conn = connect(resolve_dsn(dsn))
+    try:
+        check_compatible(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _print_json(value: object) -> None:
+    out.print_json(json.dumps(value, default=str))
+
+
+@app.command()
+@friendly
+def jobs(
+    state: Annotated[str | None, typer.Option(help="queued, running, cancel_requested, succeeded, failed, "
+                                                   "cancelled, outcome_unknown")] = None,
+    tool: Annotated[str | None, typer.Option(help="Tool name")] = None,
+    owner: Annotated[str | None, typer.Option(help="Worker that owns (or last owned) the call")] = None,
+    agent: Annotated[str | None, typer.Option(help="Agent id")] = None,
+    key: Annotated[str | None, typer.Option(help="Idempotency key prefix")] = None,
+    health: Annotated[str | None, typer.Option(help="Lease health label, e.g. heartbeat_late")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many calls, newest first")] = 50,
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """List calls, newest first."""
+    from pydantic import ValidationError
+
+    from console.db import reads
+    from console.errors import BadInput
+
+    try:
+        where = reads.JobFilter(state=state, tool=tool, owner=owner, agent=agent, key_prefix=key, health=health)
+    except ValidationError as exc:
+        raise BadInput(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+    with _connect(dsn) as conn:
+        rows = reads.jobs(conn, where, limit=limit)
+    if as_json:
+        _print_json([r.model_dump(mode="json") for r in rows])
+        return
+    from console.cli_render import jobs_table
+
+    out.print(jobs_table(rows))
+    if not rows:
+        err.print("no calls match")
+
+
+@app.command()
+@friendly
+def show(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """Everything about one call (payload included with --json)."""
+    from console.db import reads
+
+    with _connect(dsn) as conn:
+        found = reads.job(conn, reads.resolve(conn, job))
+    assert found is not None
+    if as_json:
+        _print_json(found.model_dump(mode="json"))
+        return
+    from console.cli_render import job_panel
+
+    out.print(job_panel(found))
+
+
+@app.command()
+@friendly
+def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """The ownership and state history of one call, with every operator action."""
+    from console.db import reads
+
+    with _connect(dsn) as conn:
+        job_id = reads.resolve(conn, job)
+        events = reads.history(conn, job_id)
+    if as_json:
+        _print_json([e.model_dump(mode="json") for e in events])
+        return
+    from console.cli_render import history_table
+
+    out.print(history_table(job_id, events))
+
+
+# ----------------------------------------------------------------------------- actions
+
+ReasonOption = Annotated[str, typer.Option("--reason", help="Why (required; journaled with your name)",
+                                           show_default=False)]
+TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fencing token you saw: the "
+                                                 "action is refused if it changed (no question asked)")]
+OperatorOption = Annotated[str | None, typer.Option("--operator", help="Your name in the journal "
+                                                                       "(default: $USER)")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; act on the state just read")]
+
+
+def _act(action: str, job: str, reason: str, token: int | None, operator: str | None, yes: bool,
+         dsn: str | None, **extra: object) -> None:
+    from console.config import default_operator
+    from console.db import actions, reads
+    from console.errors import BadInput
+    from console.models import Applied
+
+    if not reason.strip():
+        raise BadInput("--reason must not be empty: it is journaled with the action")
+    who = operator or default_operator()
+    with _connect(dsn) as conn:
+        job_id = reads.resolve(conn, job)
+        current = reads.job(conn, job_id)
+        assert current is not None
+        seen_token = current.fencing_token if token is None else token
+        if token is None:
+            from console.cli_render import describe_for_confirmation
+
+            err.print(describe_for_confirmation(current))
+            if not yes:
+                verb = {"cancel": "Cancel", "mark_terminal": f"Mark it {extra.get('terminal_state')}",
+                        "approve_retry": "Approve a retry of"}[action]
+                try:
+                    confirmed = typer.confirm(f"{verb} this call (guard: state {current.state}, "
+                                              f"token {seen_token})?", default=False, err=True)
+                except typer.Abort:  # end of input: nobody said yes
+                    confirmed = False
+                if not confirmed:
+                    err.print("not confirmed: nothing changed (pass --yes to skip the question)")
+                    raise typer.Exit(1)
+        fn = {"cancel": actions.cancel, "mark_terminal": actions.mark_terminal,
+              "approve_retry": actions.approve_retry}[action]
+        result = fn(conn, job_id, seen_state=current.state, seen_token=seen_token, operator=who,  # type: ignore[operator]
+                    reason=reason, **extra)
+    if isinstance(result, Applied):
+        out.print(f"[bold green]applied:[/] {escape(result.message)}")
+        out.print(f"[dim]request {result.request_id}[/]")
+        return
+    err.print(f"[bold red]refused:[/] {escape(result.message)}")
+    raise typer.Exit(3)
+
+
+@app.command()
+@friendly
+def cancel(job: JobArgument, reason: ReasonOption, token: TokenOption = None, operator: OperatorOption = None,
+           yes: YesOption = False, dsn: DsnOption = None) -> None:
+    """Cancel a call: queued -> cancelled; running -> cancel requested (not stopped until the worker confirms)."""
+    _act("cancel", job, reason, token, operator, yes, dsn)
+
+
+@app.command("mark-terminal")
+@friendly
+def mark_terminal(
+    job: JobArgument,
+    reason: ReasonOption,
+    as_state: Annotated[str, typer.Option("--as", help="succeeded, failed or cancelled", show_default=False)],
+    force: Annotated[bool, typer.Option("--force", help="Even if the owner holds a live lease: fences it "
+                                                        "out (its heartbeat and result are rejected)")] = False,
+    token: TokenOption = None,
+    operator: OperatorOption = None,
+    yes: YesOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Close a call after checking outside what really happened."""
+    from console.errors import BadInput
+
+    if as_state not in ("succeeded", "failed", "cancelled"):
+        raise BadInput(f"--as {as_state!r}: use succeeded, failed or cancelled")
+    _act("mark_terminal", job, reason, token, operator, yes, dsn, terminal_state=as_state, force=force)
+
+
+@app.command("approve-retry")
+@friendly
+def approve_retry(job: JobArgument, reason: ReasonOption, token: TokenOption = None,
+                  operator: OperatorOption = None, yes: YesOption = False, dsn: DsnOption = None) -> None:
+    """Allow one more attempt of a call whose outcome is unknown (never by its own executor)."""
+    _act("approve_retry", job, reason, token, operator, yes, dsn)
 
 
 def main() -> None:

@@ -1,17 +1,19 @@
 -- Purpose: one call with everything known about it: every column, its tool's class and lease
---   sizing, derived ages from the database's clock, and its lease health.
+--   sizing, derived ages from the database's (display) clock, and its lease health.
 -- Zero rows: no such call.
 -- Parameters: job_id
 select j.*,
        t.side_effect, t.lease_seconds, t.heartbeat_seconds, t.missed_heartbeats, t.jitter_seconds,
-       t.max_attempts, t.stage_timeout_seconds,
-       now() as db_now,
-       extract(epoch from now() - j.heartbeat_at)::float8 as heartbeat_age_seconds,
-       extract(epoch from j.lease_until - now())::float8 as lease_left_seconds,
-       extract(epoch from j.deadline_at - now())::float8 as deadline_left_seconds,
+       t.stage_timeout_seconds,
+       t.max_attempts + j.extra_attempts as max_attempts,
+       pg_column_size(j.payload) as payload_size,
+       leasectl_now() as db_now,
+       extract(epoch from leasectl_now() - j.heartbeat_at)::float8 as heartbeat_age_seconds,
+       extract(epoch from j.lease_until - leasectl_now())::float8 as lease_left_seconds,
+       extract(epoch from j.deadline_at - leasectl_now())::float8 as deadline_left_seconds,
        leasectl_job_health(j.state, j.lease_until, j.heartbeat_at, j.cancel_requested_at,
                            j.claimed_at, t.heartbeat_seconds, t.jitter_seconds,
-                           t.stage_timeout_seconds, r.recent, now()) as health
+                           t.stage_timeout_seconds, r.recent, leasectl_now()) as health
 from tool_jobs j
 join tools t on t.name = j.tool
 cross join lateral (
@@ -19,7 +21,7 @@ cross join lateral (
         select 1 from job_events e
         where e.job_id = j.id
           and e.kind in ('heartbeat_lost', 'result_rejected', 'receiver_rejected')
-          and e.at > now() - interval '5 minutes'
+          and e.at > leasectl_now() - interval '5 minutes'
     ) as recent
 ) r
 where j.id = :job_id::uuid

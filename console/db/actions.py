@@ -1,0 +1,82 @@
+"""Operator actions: the guarded statements of queries/operator/, the same for console and CLI.
+
+Each returns Applied or Refused — the truth, with what is true now when refused. Each is
+journaled by the statement itself (applied or refused); an attempt that never reached its
+guard (row locked, statement timeout) is journaled separately, then reported as an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from console.db.connect import Conn, run, run_one
+from console.db.reads import job
+from console.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
+from console.models import Action, ActionResult, Applied, JobSummary, Refused
+
+log = logging.getLogger("leasectl.actions")
+
+QUERY = {
+    "cancel": "operator/request_cancel",
+    "mark_terminal": "operator/mark_terminal",
+    "approve_retry": "operator/approve_retry",
+}
+
+
+def cancel(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
+           reason: str) -> ActionResult:
+    return _act(conn, "cancel", job_id, seen_state, seen_token, operator, reason)
+
+
+def mark_terminal(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, terminal_state: str,
+                  operator: str, reason: str, force: bool = False) -> ActionResult:
+    if terminal_state not in ("succeeded", "failed", "cancelled"):
+        raise BadInput(f"cannot mark a call '{terminal_state}': use succeeded, failed or cancelled")
+    return _act(conn, "mark_terminal", job_id, seen_state, seen_token, operator, reason,
+                terminal_state=terminal_state, force=force)
+
+
+def approve_retry(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
+                  reason: str) -> ActionResult:
+    return _act(conn, "approve_retry", job_id, seen_state, seen_token, operator, reason)
+
+
+def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_token: int,
+         operator: str, reason: str, **extra: object) -> ActionResult:
+    reason = reason.strip()
+    operator = operator.strip()
+    if not reason:
+        raise BadInput("a reason is required: it is journaled with the action")
+    if not operator:
+        raise BadInput("an operator name is required")
+    request_id = uuid.uuid4()
+    try:
+        with conn.transaction():
+            run(conn, "meta/request_id", request_id=str(request_id))
+            row = run_one(conn, QUERY[action], job_id=job_id, seen_state=seen_state, seen_token=seen_token,
+                          operator=operator, reason=reason, **extra)
+    except (RowLocked, StatementTimedOut) as exc:
+        _journal_failure(conn, action, job_id, operator, reason, str(exc), seen_state, seen_token, request_id)
+        raise
+    if row is not None:
+        return Applied(action=action, job_id=job_id, state=row["state"], fencing_token=row["fencing_token"],
+                       owner_id=row.get("owner_id"), request_id=row["request_id"],
+                       fenced=bool(row.get("fenced")))
+    now = job(conn, job_id)
+    if now is None:
+        raise BadInput(f"no call {job_id}")
+    outcome = run_one(conn, "views/action_outcome", request_id=request_id)
+    why = (outcome or {}).get("refusal") or "the call changed since you looked"
+    return Refused(action=action, job_id=job_id, reason=why, now=JobSummary.model_validate(now.model_dump()),
+                   request_id=request_id)
+
+
+def _journal_failure(conn: Conn, action: str, job_id: uuid.UUID, operator: str, reason: str, error: str,
+                     seen_state: str, seen_token: int, request_id: uuid.UUID) -> None:
+    try:
+        run_one(conn, "operator/journal_failure", job_id=job_id, action=action, operator=operator,
+                reason=reason, error=error, seen_state=seen_state, seen_token=seen_token,
+                request_id=request_id)
+    except LeasectlError as exc:  # the journal is best effort here: the action itself did nothing
+        log.warning("could not journal the failed %s on %s: %s", action, job_id, exc)

@@ -1,0 +1,174 @@
+"""What the console and the CLI read. Every function takes a connection and returns typed rows."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from console.db.connect import Conn, run, run_one
+from console.errors import BadInput
+from console.health import id_range, sanitize
+from console.models import (
+    ApprovalRow,
+    Counts,
+    DbInfo,
+    Event,
+    Job,
+    JobSummary,
+    LineageRow,
+    Ownership,
+    TriageSnapshot,
+)
+
+STATES = ("queued", "running", "cancel_requested", "succeeded", "failed", "cancelled", "outcome_unknown")
+HEALTHS = ("healthy", "heartbeat_late", "lease_expired", "cancel_unheard", "outcome_unknown", "zombie",
+           "over_stage_timeout")
+
+
+def db_info(conn: Conn) -> DbInfo:
+    row = run_one(conn, "views/db_info")
+    assert row is not None
+    return DbInfo.model_validate(row)
+
+
+def triage(conn: Conn, limit: int = 500) -> TriageSnapshot:
+    """Counts and attention rows from one snapshot, so the strip and the list agree."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        counts = run_one(conn, "views/triage_counts")
+        rows = run(conn, "views/attention", limit=limit)
+    return TriageSnapshot(counts=Counts.model_validate(counts),
+                          rows=[JobSummary.model_validate(r) for r in rows])
+
+
+class JobFilter(BaseModel):
+    """Filters of the calls list and `leasectl jobs`; every field None means no filter."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: str | None = None
+    tool: str | None = None
+    owner: str | None = None
+    agent: str | None = None
+    key_prefix: str | None = None
+    id_prefix: str | None = None
+    health: str | None = None
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, value: str | None) -> str | None:
+        if value is not None and value not in STATES:
+            raise ValueError(f"unknown state '{value}' (one of {', '.join(STATES)})")
+        return value
+
+    @field_validator("health")
+    @classmethod
+    def _health(cls, value: str | None) -> str | None:
+        if value is not None and value not in HEALTHS:
+            raise ValueError(f"unknown health '{value}' (one of {', '.join(HEALTHS)})")
+        return value
+
+    def describe(self) -> str:
+        parts = [f"{k.replace('_prefix', '')}:{v}" for k, v in self.model_dump().items() if v]
+        return " ".join(parts)
+
+
+_FILTER_KEYS = {"state": "state", "tool": "tool", "owner": "owner", "agent": "agent", "key": "key_prefix",
+                "id": "id_prefix", "health": "health"}
+_HEXISH = re.compile(r"^[0-9a-fA-F-]{4,36}$")
+
+
+def parse_filter(text: str) -> JobFilter:
+    """`state:running tool:web_search owner:w-3 agent:a key:report:42 id:8f1b health:zombie`;
+    a bare word is a state, a health label, an id prefix (hex) or else a key prefix."""
+    values: dict[str, str] = {}
+    for token in text.split():
+        name, sep, value = token.partition(":")
+        if sep and name in _FILTER_KEYS:
+            if not value:
+                raise BadInput(f"'{sanitize(token)}': nothing after '{name}:'")
+            values[_FILTER_KEYS[name]] = value
+        elif token in STATES:
+            values["state"] = token
+        elif token in HEALTHS:
+            values["health"] = token
+        elif _HEXISH.match(token):
+            values["id_prefix"] = token
+        else:
+            values["key_prefix"] = token
+    try:
+        return JobFilter(**values)
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise BadInput(message) from None
+
+
+def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, uuid.UUID] | None = None,
+         limit: int = 200) -> list[JobSummary]:
+    """One page, newest first; pass the last row's (created_at, id) as `before` for the next."""
+    f = where or JobFilter()
+    low = high = None
+    if f.id_prefix:
+        low, high = id_range(f.id_prefix)
+    rows = run(conn, "views/jobs", state=f.state, tool=f.tool, owner=f.owner, agent=f.agent,
+               key_prefix=f.key_prefix, id_low=low, id_high=high, health=f.health,
+               before_created=before[0] if before else None, before_id=before[1] if before else None,
+               limit=limit)
+    return [JobSummary.model_validate(r) for r in rows]
+
+
+def job(conn: Conn, job_id: uuid.UUID) -> Job | None:
+    row = run_one(conn, "views/job", job_id=job_id)
+    return Job.model_validate(row) if row else None
+
+
+def resolve(conn: Conn, ref: str) -> uuid.UUID:
+    """A full id or a unique prefix; unknown and ambiguous are bad input (exit 2)."""
+    low, high = id_range(ref)
+    rows = run(conn, "views/job_by_prefix", id_low=low, id_high=high)
+    if not rows:
+        raise BadInput(f"no call with id {sanitize(ref)}", hint="`leasectl jobs` lists calls")
+    if len(rows) > 1:
+        listed = ", ".join(f"{str(r['id'])[:13]}… ({r['state']})" for r in rows[:4])
+        raise BadInput(f"'{sanitize(ref)}' is ambiguous: {listed}", hint="give more characters of the id")
+    found: uuid.UUID = rows[0]["id"]
+    return found
+
+
+def history(conn: Conn, job_id: uuid.UUID) -> list[Event]:
+    return [Event.model_validate(r) for r in run(conn, "views/job_history", job_id=job_id)]
+
+
+def lineage(conn: Conn, job_id: uuid.UUID) -> list[LineageRow]:
+    return [LineageRow.model_validate(r) for r in run(conn, "views/lineage", job_id=job_id)]
+
+
+def approvals(conn: Conn) -> list[ApprovalRow]:
+    return [ApprovalRow.model_validate(r) for r in run(conn, "views/approvals")]
+
+
+def ownership_timeline(events: list[Event]) -> list[Ownership]:
+    """Who held the call, with which token, from when to when, and how each stretch ended."""
+    stretches: list[Ownership] = []
+    current: dict | None = None
+    for e in events:
+        if e.kind in ("claimed", "reclaimed"):
+            if current is not None:
+                stretches.append(Ownership(**current, until=e.at,
+                                           how_it_ended=f"lease expired; reclaimed by {e.owner_to}"))
+            current = {"owner": e.owner_to, "fencing_token": e.fencing_token or 0, "since": e.at}
+        elif current is not None and e.kind in ("state_changed", "fenced") and e.state_to not in (
+                "running", "cancel_requested"):
+            how = f"{e.state_to}"
+            if e.actor and e.actor != current["owner"]:
+                how += f" by {e.actor}"
+            if e.fencing_token is not None and e.fencing_token > current["fencing_token"]:
+                how += f" (owner fenced out, token {e.fencing_token})"
+            stretches.append(Ownership(**current, until=e.at, how_it_ended=how))
+            current = None
+    if current is not None:
+        stretches.append(Ownership(**current, until=None, how_it_ended=None))
+    return stretches

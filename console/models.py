@@ -1,0 +1,228 @@
+"""Rows as they cross from the data layer to the screens and the CLI: typed, validated."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Health = Literal["healthy", "heartbeat_late", "lease_expired", "cancel_unheard", "outcome_unknown",
+                 "zombie", "over_stage_timeout"]
+State = Literal["queued", "running", "cancel_requested", "succeeded", "failed", "cancelled",
+                "outcome_unknown"]
+SideEffect = Literal["read_only", "mutating_verifiable", "mutating_unverifiable"]
+
+TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+LIVE_STATES = ("running", "cancel_requested")
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class DbInfo(Row):
+    database: str
+    role: str
+    server_version: str
+    db_now: datetime
+    session_read_only: bool
+    can_act: bool
+    schema_version: int | None = None
+
+
+class Counts(Row):
+    needs_human: int = 0
+    stale_heartbeats: int = 0
+    expired_unswept: int = 0
+    cancel_unheard: int = 0
+    over_stage_timeout: int = 0
+    running: int = 0
+    cancel_requested: int = 0
+    queued: int = 0
+    failed_last_hour: int = 0
+    zombies: int = 0
+    db_now: datetime
+
+
+class JobSummary(Row):
+    """A call as lists show it: everything but payload and result."""
+
+    id: uuid.UUID
+    tool: str
+    side_effect: SideEffect
+    state: State
+    owner_id: str | None = None
+    fencing_token: int
+    attempt: int
+    max_attempts: int | None = None
+    idempotency_key: str
+    agent_id: str | None = None
+    session_id: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    created_at: datetime
+    claimed_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    lease_until: datetime | None = None
+    deadline_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    cancel_requested_reason: str | None = None
+    side_effect_started_at: datetime | None = None
+    external_request_id: str | None = None
+    retry_approved_by: str | None = None
+    retry_approved_at: datetime | None = None
+    retry_approved_reason: str | None = None
+    terminal_reason: str | None = None
+    completed_despite_cancel: bool = False
+    payload_hash: str | None = None
+    payload_size: int | None = None
+    lease_seconds: float | None = None
+    heartbeat_seconds: float | None = None
+    jitter_seconds: float | None = None
+    stage_timeout_seconds: float | None = None
+    health: Health
+    db_now: datetime
+    heartbeat_age_seconds: float | None = None
+    lease_left_seconds: float | None = None
+    deadline_left_seconds: float | None = None
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+    @property
+    def lease_live(self) -> bool:
+        return self.state in LIVE_STATES and self.lease_left_seconds is not None and self.lease_left_seconds >= 0
+
+
+class Job(JobSummary):
+    """One call with everything: payload, result, error."""
+
+    payload: Any = None
+    result: Any = None
+    error: Any = None
+    extra_attempts: int = 0
+    missed_heartbeats: int | None = None
+
+
+class Event(Row):
+    id: int
+    job_id: uuid.UUID
+    at: datetime
+    kind: str
+    actor: str | None = None
+    fencing_token: int | None = None
+    state_from: str | None = None
+    state_to: str | None = None
+    owner_from: str | None = None
+    owner_to: str | None = None
+    lease_until: datetime | None = None
+    reason: str | None = None
+    request_id: uuid.UUID | None = None
+    details: dict[str, Any] = {}
+
+
+class LineageRow(Row):
+    id: uuid.UUID
+    tool: str
+    state: str
+    idempotency_key: str
+    external_request_id: str | None = None
+    fencing_token: int
+    attempt: int
+    owner_id: str | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+    relation: str
+
+
+class ApprovalRow(Row):
+    id: uuid.UUID
+    tool: str
+    side_effect: SideEffect
+    state: str
+    owner_id: str | None = None
+    agent_id: str | None = None
+    fencing_token: int
+    attempt: int
+    max_attempts: int
+    idempotency_key: str
+    external_request_id: str | None = None
+    error: Any = None
+    created_at: datetime
+    claimed_at: datetime | None = None
+    session_id: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    outcome_unknown_at: datetime | None = None
+    last_confirmed_lease: datetime | None = None
+    side_effect_started_at: datetime | None = None
+    related_calls: int = 0
+    db_now: datetime
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+
+class TriageSnapshot(Row):
+    counts: Counts
+    rows: list[JobSummary]
+
+
+class Ownership(Row):
+    """One stretch of the ownership timeline: who held the call, with which token, when."""
+
+    owner: str | None
+    fencing_token: int
+    since: datetime
+    until: datetime | None
+    how_it_ended: str | None
+
+
+Action = Literal["cancel", "mark_terminal", "approve_retry"]
+
+
+class Applied(Row):
+    action: Action
+    job_id: uuid.UUID
+    state: str
+    fencing_token: int
+    owner_id: str | None = None
+    request_id: uuid.UUID | None = None
+    fenced: bool = False
+
+    @property
+    def message(self) -> str:
+        if self.action == "cancel" and self.state == "cancel_requested":
+            return ("cancel requested — NOT stopped yet: the worker hears it at its next heartbeat "
+                    "and confirms; until then it may still be running")
+        if self.action == "cancel":
+            return "cancelled (it had not started)"
+        if self.action == "approve_retry":
+            return "retry approved: the call is queued again for one more attempt"
+        fenced = f"; owner fenced out (token now {self.fencing_token})" if self.fenced else ""
+        return f"marked {self.state}{fenced}"
+
+
+class Refused(Row):
+    action: Action
+    job_id: uuid.UUID
+    reason: str
+    now: JobSummary | None = None
+    request_id: uuid.UUID | None = None
+
+    @property
+    def message(self) -> str:
+        if self.now is None:
+            return self.reason
+        now = self.now
+        return (f"{self.reason} — now state {now.state}, owner {now.owner_id or '-'}, "
+                f"token {now.fencing_token}")
+
+
+ActionResult = Applied | Refused

@@ -1,0 +1,56 @@
+-- Purpose: one page of calls, newest first, filtered; keyset pagination on (created_at, id)
+--   so a page costs the same on the first page and the thousandth. Payload and result are
+--   left out (their hash and size are in): `views/job.sql` has everything of one call.
+-- Zero rows: no call matches (or no more pages).
+-- Parameters: state, tool, owner, agent, key_prefix, id_low, id_high, health, before_created,
+--   before_id, limit (every filter null = no filter)
+with page as (
+    select j.*
+    from tool_jobs j
+    where (:state::text is null or j.state = :state::text)
+      and (:tool::text is null or j.tool = :tool::text)
+      and (:owner::text is null or j.owner_id = :owner::text)
+      and (:agent::text is null or j.agent_id = :agent::text)
+      -- a range, not LIKE: the C-collated unique index serves it under any plan
+      and (:key_prefix::text is null
+           or (j.idempotency_key >= :key_prefix::text
+               and j.idempotency_key < :key_prefix::text || chr(1114111)))
+      and (:id_low::uuid is null or j.id between :id_low::uuid and :id_high::uuid)
+      and (:before_created::timestamptz is null
+           or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
+    order by j.created_at desc, j.id desc
+    limit case when :health::text is null then :limit::integer else 100000 end
+),
+labelled as (
+    select p.id, p.tool, t.side_effect, p.state, p.owner_id, p.lease_until, p.fencing_token,
+           p.heartbeat_at, p.attempt, t.max_attempts + p.extra_attempts as max_attempts,
+           p.idempotency_key, p.payload_hash, pg_column_size(p.payload) as payload_size,
+           p.agent_id, p.session_id, p.model, p.provider, p.created_at, p.claimed_at,
+           p.finished_at, p.deadline_at, p.cancel_requested_at, p.cancel_requested_by,
+           p.cancel_requested_reason, p.side_effect_started_at, p.external_request_id,
+           p.retry_approved_by, p.retry_approved_at, p.retry_approved_reason, p.terminal_reason,
+           p.completed_despite_cancel,
+           t.lease_seconds, t.heartbeat_seconds, t.jitter_seconds, t.stage_timeout_seconds,
+           leasectl_job_health(p.state, p.lease_until, p.heartbeat_at, p.cancel_requested_at,
+                               p.claimed_at, t.heartbeat_seconds, t.jitter_seconds,
+                               t.stage_timeout_seconds, r.recent, leasectl_now()) as health
+    from page p
+    join tools t on t.name = p.tool
+    cross join lateral (
+        select exists (
+            select 1 from job_events e
+            where e.job_id = p.id
+              and e.kind in ('heartbeat_lost', 'result_rejected', 'receiver_rejected')
+              and e.at > leasectl_now() - interval '5 minutes'
+        ) as recent
+    ) r
+)
+select l.*,
+       leasectl_now() as db_now,
+       extract(epoch from leasectl_now() - l.heartbeat_at)::float8 as heartbeat_age_seconds,
+       extract(epoch from l.lease_until - leasectl_now())::float8 as lease_left_seconds,
+       extract(epoch from l.deadline_at - leasectl_now())::float8 as deadline_left_seconds
+from labelled l
+where :health::text is null or l.health = :health::text
+order by l.created_at desc, l.id desc
+limit :limit::integer

@@ -1,0 +1,152 @@
+"""The CLI on a real database: JSON keys, prefixes, confirmations and exit codes
+(0 done, 1 anything else, 2 bad input, 3 refused by a guard). Never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from console.cli import app
+from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
+
+
+@pytest.fixture
+def cli(db):
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        result = runner.invoke(app, [*args, "--dsn", db.dsn], input=input, env={"USER": "cli-tester"})
+        assert "Traceback" not in result.output, result.output
+        return result
+
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
+                      jitter_seconds=5)
+        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
+        yield invoke, conn
+
+
+def test_jobs_json_has_contract_names_and_derived_fields(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search", "k-1")
+    claim(conn, "w-1")
+    result = invoke("jobs", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert rows[0]["id"] == str(e["id"])
+    for key in ("id", "state", "owner_id", "lease_until", "fencing_token", "heartbeat_at", "attempt",
+                "idempotency_key", "tool", "agent_id", "created_at", "heartbeat_age_seconds", "lease_left_seconds",
+                "health"):
+        assert key in rows[0], key
+    assert rows[0]["health"] == "healthy" and rows[0]["lease_left_seconds"] > 50
+
+
+def test_jobs_filters_and_bad_state(cli):
+    invoke, conn = cli
+    enqueue(conn, "search")
+    enqueue(conn, "pay")
+    assert len(json.loads(invoke("jobs", "--tool", "pay", "--json").output)) == 1
+    assert json.loads(invoke("jobs", "--state", "running", "--json").output) == []
+    bad = invoke("jobs", "--state", "sleeping")
+    assert bad.exit_code == 2 and "unknown state" in bad.output
+
+
+def test_show_and_history(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search", payload={"q": "secret"})
+    claim(conn, "w-1")
+    shown = json.loads(invoke("show", str(e["id"])[:8], "--json").output)
+    assert shown["payload"] == {"q": "secret"} and shown["owner_id"] == "w-1" and shown["health"] == "healthy"
+    human = invoke("show", str(e["id"])[:8])
+    assert human.exit_code == 0 and "secret" not in human.output, "the payload stays hidden in human output"
+    history = json.loads(invoke("history", str(e["id"]), "--json").output)
+    assert [h["kind"] for h in history] == ["enqueued", "claimed"]
+    assert {"job_id", "at", "kind", "actor", "fencing_token", "state_from", "state_to", "owner_from", "owner_to",
+            "lease_until", "details"} <= set(history[1])
+
+
+def test_unknown_and_ambiguous_ids_are_bad_input(cli):
+    invoke, conn = cli
+    for _ in range(40):
+        enqueue(conn, "search")
+    assert invoke("show", "ffffffff-0000").exit_code == 2
+    assert invoke("show", "zz!").exit_code == 2
+    ids = [r["id"] for r in conn.execute("select id::text as id from tool_jobs")]
+    first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) > 1)
+    result = invoke("show", first)
+    assert result.exit_code == 2 and "ambiguous" in result.output
+
+
+def test_cancel_asks_then_applies(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    claim(conn, "w-1")
+    declined = invoke("cancel", str(e["id"])[:8], "--reason", "stuck", input="n\n")
+    assert declined.exit_code == 1 and "nothing changed" in declined.output
+    assert job(conn, e["id"])["state"] == "running"
+    accepted = invoke("cancel", str(e["id"])[:8], "--reason", "stuck", input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "state running" in accepted.output and "token 1" in accepted.output, "shows what it read"
+    assert "NOT stopped" in accepted.output
+    journal = [ev for ev in events(conn, e["id"]) if ev["kind"] == "operator_cancel"]
+    assert journal[-1]["actor"] == "cli-tester" and journal[-1]["reason"] == "stuck"
+
+
+def test_stale_token_is_refused_with_exit_3(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    claim(conn, "w-1")
+    result = invoke("cancel", str(e["id"]), "--reason", "stuck", "--token", "7")
+    assert result.exit_code == 3 and "changed since you looked" in result.output and "token 1" in result.output
+    assert job(conn, e["id"])["state"] == "running"
+
+
+def test_mark_terminal_needs_force_and_as(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    claim(conn, "w-1")
+    refused = invoke("mark-terminal", str(e["id"]), "--as", "failed", "--reason", "hung", "--yes")
+    assert refused.exit_code == 3 and "live lease" in refused.output
+    bad = invoke("mark-terminal", str(e["id"]), "--as", "exploded", "--reason", "hung", "--yes")
+    assert bad.exit_code == 2
+    forced = invoke("mark-terminal", str(e["id"]), "--as", "failed", "--reason", "hung", "--force", "--yes")
+    assert forced.exit_code == 0 and "fenced out" in forced.output
+    assert job(conn, e["id"])["fencing_token"] == 2
+
+
+def test_approve_retry_by_the_executor_is_refused(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "pay", agent_id="billing")
+    c = claim(conn, "w-pay")
+    start_side_effect(conn, c, "w-pay")
+    report_unknown(conn, c, "w-pay")
+    own = invoke("approve-retry", str(e["id"]), "--reason", "me", "--operator", "w-pay", "--yes")
+    assert own.exit_code == 3 and "executor" in own.output
+    ok = invoke("approve-retry", str(e["id"]), "--reason", "checked", "--operator", "ana", "--yes")
+    assert ok.exit_code == 0 and job(conn, e["id"])["state"] == "queued"
+
+
+def test_missing_reason_and_no_terminal(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    assert invoke("cancel", str(e["id"])).exit_code == 2, "--reason is required"
+    assert invoke("cancel", str(e["id"]), "--reason", "  ", "--yes").exit_code == 2
+
+
+def test_unreachable_database_exits_1_without_traceback():
+    result = CliRunner().invoke(app, ["jobs", "--dsn", "postgresql://nobody@127.0.0.1:1/x?connect_timeout=2"])
+    assert result.exit_code == 1 and "cannot connect" in result.output and "Traceback" not in result.output
+
+
+def test_dsn_from_environment(db):
+    result = CliRunner().invoke(app, ["jobs", "--json"], env={"LEASECTL_DSN": db.dsn})
+    assert result.exit_code == 0 and json.loads(result.output) == []
+    result = CliRunner().invoke(app, ["jobs", "--json"], env={"LEASECTL_DSN": "", "DATABASE_URL": db.dsn})
+    assert result.exit_code == 0
+
+
+def test_unmigrated_database_says_migrate(empty_db):
+    result = CliRunner().invoke(app, ["jobs", "--dsn", empty_db.dsn])
+    assert result.exit_code == 1 and "leasectl migrate" in result.output

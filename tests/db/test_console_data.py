@@ -1,0 +1,179 @@
+"""The console's data layer on a real database: reads, filters, prefixes, actions, read-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.db import actions, reads
+from console.db.session import ConsoleSession
+from console.errors import BadInput, ReadOnlySession, RowLocked
+from console.models import Applied, Refused
+from tests.helpers import (
+    FAST,
+    cancel,
+    claim,
+    complete,
+    enqueue,
+    expire_lease,
+    register_tool,
+    report_unknown,
+    start_side_effect,
+)
+
+
+@pytest.fixture
+def conn(db):
+    with db.connect() as c:
+        register_tool(c, "search", "read_only", **FAST)
+        register_tool(c, "pay", "mutating_unverifiable", **FAST)
+        register_tool(c, "slow", "read_only", lease_seconds=60, heartbeat_seconds=0.2, missed_heartbeats=1,
+                      jitter_seconds=0.1)
+        yield c
+
+
+def test_triage_counts_and_attention_worst_first(conn):
+    q = enqueue(conn, "search")
+    unknown = enqueue(conn, "pay", "payment:inv-7:capture")
+    late = enqueue(conn, "slow")
+    expired = enqueue(conn, "search")
+    c = claim(conn, "w-pay", ["pay"])
+    start_side_effect(conn, c, "w-pay", "ext-1")
+    report_unknown(conn, c, "w-pay")
+    claim(conn, "w-slow", ["slow"])
+    # the oldest queued call (q) is claimed first; the next claim takes `expired`
+    assert claim(conn, "w-q", ["search"])["id"] == q["id"]
+    assert claim(conn, "w-exp", ["search"])["id"] == expired["id"]
+    expire_lease(conn, expired["id"])
+    snap = reads.triage(conn)
+    assert snap.counts.needs_human == 1 and snap.counts.expired_unswept >= 1
+    assert snap.counts.running == 3 and snap.counts.queued == 0
+    order = [(r.id, r.health) for r in snap.rows]
+    assert order[0] == (unknown["id"], "outcome_unknown"), "worst first"
+    assert (expired["id"], "lease_expired") in order
+    assert (late["id"], "heartbeat_late") in order, "no heartbeat for over H + J (1s of waiting above)"
+    assert snap.counts.stale_heartbeats == 1
+    ranks = [reads.HEALTHS.index(h) for _, h in order]
+    assert order.index((expired["id"], "lease_expired")) < order.index((late["id"], "heartbeat_late"))
+    assert ranks
+
+
+def test_jobs_filters_keyset_and_prefix(conn):
+    made = [enqueue(conn, "search", f"report:42:stage:{i}")["id"] for i in range(7)]
+    enqueue(conn, "pay", "payment:inv-9:capture")
+    page1 = reads.jobs(conn, reads.JobFilter(tool="search"), limit=3)
+    page2 = reads.jobs(conn, reads.JobFilter(tool="search"), before=(page1[-1].created_at, page1[-1].id), limit=3)
+    page3 = reads.jobs(conn, reads.JobFilter(tool="search"), before=(page2[-1].created_at, page2[-1].id), limit=3)
+    seen = [r.id for r in page1 + page2 + page3]
+    assert seen == list(reversed(made)), "newest first, no gaps, no repeats"
+    assert {r.tool for r in reads.jobs(conn, reads.JobFilter(key_prefix="payment:"))} == {"pay"}
+    assert len(reads.jobs(conn, reads.JobFilter(key_prefix="report:42:"))) == 7
+    one = reads.jobs(conn, reads.JobFilter(id_prefix=str(made[0])[:10]))
+    assert [r.id for r in one] == [made[0]]
+    assert reads.resolve(conn, str(made[0])[:12]) == made[0]
+    with pytest.raises(BadInput, match="no call"):
+        reads.resolve(conn, "ffffffffffff")
+    with pytest.raises(BadInput, match="not a call id"):
+        reads.resolve(conn, "not-hex!")
+
+
+def test_ambiguous_prefix(conn):
+    ids = [enqueue(conn, "search")["id"] for _ in range(40)]
+    firsts = {}
+    for i in ids:
+        firsts.setdefault(str(i)[0], []).append(i)
+    shared = next(k for k, v in firsts.items() if len(v) > 1)
+    with pytest.raises(BadInput, match="ambiguous"):
+        reads.resolve(conn, shared)
+
+
+def test_parse_filter():
+    f = reads.parse_filter("state:running tool:web_search owner:w-3 key:report:42: 8f1b zombie")
+    assert f.state == "running" and f.tool == "web_search" and f.owner == "w-3"
+    assert f.key_prefix == "report:42:" and f.id_prefix == "8f1b" and f.health == "zombie"
+    assert reads.parse_filter("queued").state == "queued"
+    with pytest.raises(BadInput, match="unknown state"):
+        reads.parse_filter("state:sleeping")
+
+
+def test_history_timeline_and_lineage(conn):
+    e = enqueue(conn, "search", "report:42:stage:1")
+    enqueue(conn, "search", "report:42:stage:2")
+    c1 = claim(conn, "w1")
+    expire_lease(conn, e["id"])
+    c2 = claim(conn, "w2")
+    complete(conn, c2, "w2")
+    events = reads.history(conn, e["id"])
+    timeline = reads.ownership_timeline(events)
+    assert [(t.owner, t.fencing_token) for t in timeline] == [("w1", c1["fencing_token"]), ("w2", 2)]
+    assert "reclaimed by w2" in timeline[0].how_it_ended and timeline[1].how_it_ended == "succeeded"
+    lineage = reads.lineage(conn, e["id"])
+    assert [x.idempotency_key for x in lineage] == ["report:42:stage:2"]
+
+
+def test_actions_applied_refused_and_journaled(conn):
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    result = actions.cancel(conn, e["id"], seen_state="running", seen_token=99, operator="alice", reason="stuck")
+    assert isinstance(result, Refused) and result.now.fencing_token == c["fencing_token"]
+    assert "changed since you looked" in result.message and "token 1" in result.message
+    result = actions.cancel(conn, e["id"], seen_state="running", seen_token=1, operator="alice", reason="stuck")
+    assert isinstance(result, Applied) and result.state == "cancel_requested"
+    assert "NOT stopped" in result.message
+    with pytest.raises(BadInput, match="reason is required"):
+        actions.cancel(conn, e["id"], seen_state="cancel_requested", seen_token=1, operator="a", reason="  ")
+
+
+def test_mark_terminal_needs_force_for_live_lease(conn):
+    e = enqueue(conn, "search")
+    claim(conn, "w1")
+    refused = actions.mark_terminal(conn, e["id"], seen_state="running", seen_token=1, terminal_state="failed",
+                                    operator="bob", reason="hung")
+    assert isinstance(refused, Refused) and "live lease" in refused.reason
+    applied = actions.mark_terminal(conn, e["id"], seen_state="running", seen_token=1, terminal_state="failed",
+                                    operator="bob", reason="hung", force=True)
+    assert isinstance(applied, Applied) and applied.fenced and "fenced out" in applied.message
+
+
+def test_lock_timeout_is_distinct_and_journaled(db, conn):
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    holder = db.connect(autocommit=False)
+    holder.execute("update tool_jobs set heartbeat_at = now() where id = %s", (e["id"],))
+    try:
+        with db.connect() as op:
+            op.execute("set lock_timeout = '200ms'")
+            with pytest.raises(RowLocked, match="locked by another transaction"):
+                actions.cancel(op, e["id"], seen_state="running", seen_token=c["fencing_token"],
+                               operator="carol", reason="stuck")
+    finally:
+        holder.rollback()
+        holder.close()
+    failed = [r for r in conn.execute("select * from job_events where kind = 'operator_action_failed'")]
+    assert failed and failed[0]["actor"] == "carol" and failed[0]["details"]["action"] == "cancel"
+    assert cancel(conn, e["id"], "running", c["fencing_token"]) is not None, "nothing changed meanwhile"
+
+
+def test_read_only_session_refuses_in_the_database(db, conn):
+    e = enqueue(conn, "search")
+    session = ConsoleSession(db.dsn, operator="alice", read_only=True)
+    info = session.open()
+    assert session.read_only and info.session_read_only
+    with pytest.raises(ReadOnlySession, match="read-only"):
+        session.act(lambda c: actions.cancel(c, e["id"], seen_state="queued", seen_token=0, operator="alice",
+                                             reason="x"))
+    # and even a statement sent on its read connection is refused by the server
+    with pytest.raises(Exception, match="read-only|permission denied"):
+        session.read(lambda c: actions.cancel(c, e["id"], seen_state="queued", seen_token=0, operator="alice",
+                                              reason="x"))
+    assert reads.job(conn, e["id"]).state == "queued"
+    session.close()
+
+
+def test_display_clock_pins_ages(db, conn):
+    e = enqueue(conn, "search")
+    claim(conn, "w1")
+    session = ConsoleSession(db.dsn, operator="a", clock="2099-01-01T00:00:00Z")
+    session.open()
+    row = session.read(lambda c: reads.job(c, e["id"]))
+    assert row.db_now.year == 2099 and row.health == "lease_expired"
+    session.close()
