@@ -9,6 +9,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -319,6 +320,33 @@ def approve_retry(job: JobArgument, reason: ReasonOption, token: TokenOption = N
                   operator: OperatorOption = None, yes: YesOption = False, dsn: DsnOption = None) -> None:
     """Allow one more attempt of a call whose outcome is unknown (never by its own executor)."""
     _act("approve_retry", job, reason, token, operator, yes, dsn)
+
+
+# ----------------------------------------------------------------------------- pictures
+
+
+@app.command()
+@friendly
+def screenshots(
+    directory: Annotated[Path, typer.Option("--out", help="Directory for the SVG files")] = Path("screenshots"),
+) -> None:
+    """Write an SVG of every screen and dialog (the fixed demo scenario, at its pinned instant)."""
+    import asyncio
+
+    from console.db.connect import connect
+    from console.db.migrate import migrate as run_migrations
+    from console.demo.scenario import load_fixed_scenario
+    from console.embedded import throwaway_server
+    from console.tui.pictures import SHOTS, capture
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with throwaway_server() as dsn:
+        with connect(dsn) as conn:
+            run_migrations(conn)
+            load_fixed_scenario(conn)
+        for shot in SHOTS:
+            path = asyncio.run(capture(dsn, shot, directory))
+            out.print(f"{escape(str(path))}  [dim]{escape(shot.title)}[/]")
 
 
 def main() -> None:

@@ -33,41 +33,43 @@ create table tools (
 );
 
 create table tool_jobs (
+    -- column order is deliberate: fixed-width and short columns first, the jsonb documents
+    -- last, so that the lease and health columns are read without walking through payloads
     id                        uuid primary key default gen_random_uuid(),
-    tool                      text not null references tools (name),
     state                     text not null default 'queued'
         check (state in ('queued', 'running', 'cancel_requested', 'succeeded', 'failed',
                          'cancelled', 'outcome_unknown')),
-    owner_id                  text,
-    lease_until               timestamptz,
     fencing_token             bigint not null default 0 check (fencing_token >= 0),
+    lease_until               timestamptz,
     heartbeat_at              timestamptz,
     attempt                   integer not null default 0 check (attempt >= 0),
     -- attempts granted by humans on top of tools.max_attempts (approve_retry adds one)
     extra_attempts            integer not null default 0 check (extra_attempts >= 0),
-    idempotency_key           text collate "C" not null unique,  -- C: prefix LIKE uses the index
-    payload                   jsonb not null,
-    payload_hash              text,
-    result                    jsonb,
-    error                     jsonb,
-    agent_id                  text,
-    session_id                text,
-    model                     text,
-    provider                  text,
     created_at                timestamptz not null default now(),
     claimed_at                timestamptz,
     finished_at               timestamptz,
     deadline_at               timestamptz,
     cancel_requested_at       timestamptz,
+    side_effect_started_at    timestamptz,
+    retry_approved_at         timestamptz,
+    completed_despite_cancel  boolean not null default false,
+    tool                      text not null references tools (name),
+    owner_id                  text,
+    agent_id                  text,
+    session_id                text,
+    model                     text,
+    provider                  text,
     cancel_requested_by       text,
     cancel_requested_reason   text,
-    side_effect_started_at    timestamptz,
     external_request_id       text,
     retry_approved_by         text,
-    retry_approved_at         timestamptz,
     retry_approved_reason     text,
     terminal_reason           text,
-    completed_despite_cancel  boolean not null default false
+    idempotency_key           text collate "C" not null unique,  -- C: prefix ranges use the index
+    payload_hash              text,
+    payload                   jsonb not null,
+    result                    jsonb,
+    error                     jsonb
 ) with (fillfactor = 80);  -- room on the page keeps heartbeat updates HOT
 
 comment on table tool_jobs is
@@ -371,26 +373,37 @@ create trigger job_events_kind_guard
 -- Lease health: one definition, used by every view and by the CLI's JSON.
 -- Worst first: outcome_unknown, lease_expired, cancel_unheard, zombie, heartbeat_late,
 -- over_stage_timeout, healthy.
+--
+-- The per-tool cutoffs are computed once per query (leasectl_tool_cutoffs), so that the rule
+-- applied to each of thousands of live calls is nothing but timestamp comparisons:
+--   heartbeat late     no heartbeat for more than H + J
+--   cancel unheard     a cancel requested more than 2H + J ago (the worker hears it at its next
+--                      heartbeat, one interval at most, and confirms)
+--   over stage timeout running for longer than the tool's stage timeout
+create function leasectl_tool_cutoffs(p_now timestamptz)
+returns table (tool text, late_before timestamptz, unheard_before timestamptz, stage_before timestamptz)
+language sql stable parallel safe as $$
+    select name,
+           p_now - (heartbeat_seconds + jitter_seconds) * interval '1 second',
+           p_now - (2 * heartbeat_seconds + jitter_seconds) * interval '1 second',
+           p_now - stage_timeout_seconds * interval '1 second'
+    from tools
+$$;
+
 create function leasectl_job_health(
     p_state text, p_lease_until timestamptz, p_heartbeat_at timestamptz,
     p_cancel_requested_at timestamptz, p_claimed_at timestamptz,
-    p_heartbeat_seconds numeric, p_jitter_seconds numeric, p_stage_timeout_seconds numeric,
+    p_late_before timestamptz, p_unheard_before timestamptz, p_stage_before timestamptz,
     p_recent_rejection boolean, p_now timestamptz
 ) returns text
 language sql immutable parallel safe as $$
     select case
         when p_state = 'outcome_unknown' then 'outcome_unknown'
         when p_state in ('running', 'cancel_requested') and p_lease_until < p_now then 'lease_expired'
-        when p_state = 'cancel_requested'
-             and p_cancel_requested_at < p_now - (2 * p_heartbeat_seconds + p_jitter_seconds) * interval '1 second'
-            then 'cancel_unheard'
+        when p_state = 'cancel_requested' and p_cancel_requested_at < p_unheard_before then 'cancel_unheard'
         when p_recent_rejection then 'zombie'
-        when p_state in ('running', 'cancel_requested')
-             and p_heartbeat_at < p_now - (p_heartbeat_seconds + p_jitter_seconds) * interval '1 second'
-            then 'heartbeat_late'
-        when p_state = 'running' and p_stage_timeout_seconds is not null
-             and p_claimed_at < p_now - p_stage_timeout_seconds * interval '1 second'
-            then 'over_stage_timeout'
+        when p_state in ('running', 'cancel_requested') and p_heartbeat_at < p_late_before then 'heartbeat_late'
+        when p_state = 'running' and p_claimed_at < p_stage_before then 'over_stage_timeout'
         else 'healthy'
     end
 $$;

@@ -34,14 +34,11 @@ def db_info(conn: Conn) -> DbInfo:
     return DbInfo.model_validate(row)
 
 
-def triage(conn: Conn, limit: int = 500) -> TriageSnapshot:
-    """Counts and attention rows from one snapshot, so the strip and the list agree."""
-    with conn.transaction():
-        run(conn, "meta/snapshot")
-        counts = run_one(conn, "views/triage_counts")
-        rows = run(conn, "views/attention", limit=limit)
-    return TriageSnapshot(counts=Counts.model_validate(counts),
-                          rows=[JobSummary.model_validate(r) for r in rows])
+def triage(conn: Conn, limit: int = 200) -> TriageSnapshot:
+    """Counts and the calls needing attention, worst first, from one pass over the live calls."""
+    rows = run(conn, "views/triage", limit=limit)
+    counts = Counts.model_validate(rows[0])
+    return TriageSnapshot(counts=counts, rows=[JobSummary.model_validate(r) for r in rows if r["id"] is not None])
 
 
 class JobFilter(BaseModel):

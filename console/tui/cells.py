@@ -1,9 +1,19 @@
-"""Table cells as rich Text, never markup: untrusted strings cannot style or escape the screen."""
+"""Table cells, never markup: untrusted strings cannot style or escape the screen.
+
+DataTable cells are `Cell`s, one line drawn as one segment: five times cheaper to render than
+rich Text (measured: 10 us against 54 us), which matters because any change re-renders every
+visible cell. Rich tables elsewhere (detail, help) use Text, which wraps.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 
 from console.health import (
@@ -31,22 +41,66 @@ SIDE_EFFECT_SHORT = {"read_only": "read-only", "mutating_verifiable": "verifiabl
                      "mutating_unverifiable": "UNVERIFIABLE"}
 
 
+class Cell:
+    """One line of sanitized text in one style, cut with an ellipsis to the column's width."""
+
+    __slots__ = ("style", "text")
+
+    def __init__(self, value: object, style: str = "") -> None:
+        self.text = sanitize(value)
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        width = options.max_width
+        text = self.text if len(self.text) <= width else self.text[: max(width - 1, 0)] + "…"
+        yield Segment(text, _style(self.style))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(len(self.text), len(self.text))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cell) and other.text == self.text and other.style == self.style
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.style))
+
+    def __repr__(self) -> str:
+        return f"Cell({self.text!r}, {self.style!r})"
+
+    def as_text(self) -> Text:
+        """The same words and colour as rich Text, for places that compose or wrap."""
+        return Text(self.text, style=self.style)
+
+
+_STYLES: dict[str, Style] = {}
+
+
+def _style(name: str) -> Style:
+    style = _STYLES.get(name)
+    if style is None:
+        style = _STYLES[name] = Style.parse(name) if name else Style()
+    return style
+
+
 def plain(value: object, style: str = "") -> Text:
+    """For rich tables that may wrap; sanitized, never markup."""
     return Text(sanitize(value), style=style, no_wrap=True, overflow="ellipsis")
 
 
-def state_cell(state: str) -> Text:
+def state_cell(state: str) -> Cell:
     label = "cancel requested" if state == "cancel_requested" else state.replace("_", " ")
-    return plain(label, STYLE[STATE_URGENCY.get(state, "none")])
+    return Cell(label, STYLE[STATE_URGENCY.get(state, "none")])
 
 
-def health_cell(health: str) -> Text:
-    return plain(health_label(health), STYLE[HEALTH_URGENCY.get(health, "none")])
+def health_cell(health: str, state: str | None = None) -> Cell:
+    if health == "healthy" and state not in (None, "running", "cancel_requested"):
+        return Cell("—", STYLE["none"])  # no lease, no lease health (a zombie still shows)
+    return Cell(health_label(health), STYLE[HEALTH_URGENCY.get(health, "none")])
 
 
-def side_effect_cell(side_effect: str) -> Text:
+def side_effect_cell(side_effect: str) -> Cell:
     style = {"read_only": "dim", "mutating_verifiable": "", "mutating_unverifiable": "bold magenta"}
-    return plain(SIDE_EFFECT_SHORT.get(side_effect, side_effect), style.get(side_effect, ""))
+    return Cell(SIDE_EFFECT_SHORT.get(side_effect, side_effect), style.get(side_effect, ""))
 
 
 def seconds_between(later: datetime | None, earlier: datetime | None) -> float | None:
@@ -55,7 +109,7 @@ def seconds_between(later: datetime | None, earlier: datetime | None) -> float |
     return (later - earlier).total_seconds()
 
 
-def live_ages(job: JobSummary, now: datetime) -> dict[str, Text]:
+def live_ages(job: JobSummary, now: datetime) -> dict[str, Cell]:
     """The ticking cells, recomputed from the database's clock every second."""
     live = job.state in ("running", "cancel_requested")
     hb_age = seconds_between(now, job.heartbeat_at) if live else None
@@ -75,7 +129,7 @@ def live_ages(job: JobSummary, now: datetime) -> dict[str, Text]:
     else:
         deadline_text = format_seconds(deadline_left)
     return {
-        "heartbeat": plain(hb_text, STYLE[heartbeat_urgency(hb_age, job.heartbeat_seconds, job.jitter_seconds)]),
-        "lease": plain(lease_text, STYLE[lease_urgency(lease_left, job.heartbeat_seconds)]),
-        "deadline": plain(deadline_text, STYLE[deadline_urgency(deadline_left)]),
+        "heartbeat": Cell(hb_text, STYLE[heartbeat_urgency(hb_age, job.heartbeat_seconds, job.jitter_seconds)]),
+        "lease": Cell(lease_text, STYLE[lease_urgency(lease_left, job.heartbeat_seconds)]),
+        "deadline": Cell(deadline_text, STYLE[deadline_urgency(deadline_left)]),
     }

@@ -12,10 +12,11 @@ select j.*,
        extract(epoch from j.lease_until - leasectl_now())::float8 as lease_left_seconds,
        extract(epoch from j.deadline_at - leasectl_now())::float8 as deadline_left_seconds,
        leasectl_job_health(j.state, j.lease_until, j.heartbeat_at, j.cancel_requested_at,
-                           j.claimed_at, t.heartbeat_seconds, t.jitter_seconds,
-                           t.stage_timeout_seconds, r.recent, leasectl_now()) as health
+                           j.claimed_at, k.late_before, k.unheard_before, k.stage_before,
+                           r.recent, leasectl_now()) as health
 from tool_jobs j
 join tools t on t.name = j.tool
+join leasectl_tool_cutoffs(leasectl_now()) k on k.tool = j.tool
 cross join lateral (
     select exists (
         select 1 from job_events e

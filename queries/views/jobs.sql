@@ -1,10 +1,17 @@
 -- Purpose: one page of calls, newest first, filtered; keyset pagination on (created_at, id)
 --   so a page costs the same on the first page and the thousandth. Payload and result are
 --   left out (their hash and size are in): `views/job.sql` has everything of one call.
+--   Tool cutoffs and the clock are computed once per query; each row only compares timestamps.
 -- Zero rows: no call matches (or no more pages).
 -- Parameters: state, tool, owner, agent, key_prefix, id_low, id_high, health, before_created,
 --   before_id, limit (every filter null = no filter)
-with page as (
+with clock as materialized (
+    select leasectl_now() as now
+),
+cutoffs as materialized (
+    select c.* from clock, leasectl_tool_cutoffs(clock.now) c
+),
+page as (
     select j.*
     from tool_jobs j
     where (:state::text is null or j.state = :state::text)
@@ -32,24 +39,27 @@ labelled as (
            p.completed_despite_cancel,
            t.lease_seconds, t.heartbeat_seconds, t.jitter_seconds, t.stage_timeout_seconds,
            leasectl_job_health(p.state, p.lease_until, p.heartbeat_at, p.cancel_requested_at,
-                               p.claimed_at, t.heartbeat_seconds, t.jitter_seconds,
-                               t.stage_timeout_seconds, r.recent, leasectl_now()) as health
+                               p.claimed_at, k.late_before, k.unheard_before, k.stage_before,
+                               r.recent, clock.now) as health,
+           clock.now as clock_now
     from page p
     join tools t on t.name = p.tool
+    join cutoffs k on k.tool = p.tool
+    cross join clock
     cross join lateral (
         select exists (
             select 1 from job_events e
             where e.job_id = p.id
               and e.kind in ('heartbeat_lost', 'result_rejected', 'receiver_rejected')
-              and e.at > leasectl_now() - interval '5 minutes'
+              and e.at > clock.now - interval '5 minutes'
         ) as recent
     ) r
 )
 select l.*,
-       leasectl_now() as db_now,
-       extract(epoch from leasectl_now() - l.heartbeat_at)::float8 as heartbeat_age_seconds,
-       extract(epoch from l.lease_until - leasectl_now())::float8 as lease_left_seconds,
-       extract(epoch from l.deadline_at - leasectl_now())::float8 as deadline_left_seconds
+       l.clock_now as db_now,
+       extract(epoch from l.clock_now - l.heartbeat_at)::float8 as heartbeat_age_seconds,
+       extract(epoch from l.lease_until - l.clock_now)::float8 as lease_left_seconds,
+       extract(epoch from l.deadline_at - l.clock_now)::float8 as deadline_left_seconds
 from labelled l
 where :health::text is null or l.health = :health::text
 order by l.created_at desc, l.id desc

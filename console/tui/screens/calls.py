@@ -9,7 +9,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from console.db import reads
 from console.db.connect import Conn
@@ -19,6 +19,7 @@ from console.tui.screens.base import PollingScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.widgets.calltable import CallTable
 from console.tui.widgets.filterbar import FilterBar
+from console.tui.widgets.livetable import LiveTable
 from console.tui.widgets.status import TopChrome
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
@@ -97,7 +98,7 @@ class CallsScreen(PollingScreen):
         if job is not None:
             self.app.push_screen(DetailScreen(job.id))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
         self.action_open_call()
 
     # ------------------------------------------------------------------ paging and filter

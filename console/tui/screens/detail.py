@@ -102,7 +102,7 @@ class DetailScreen(PollingScreen):
 
     # ------------------------------------------------------------------ rendering
     def _fields(self, job: Job, now: datetime) -> Table:
-        ages = live_ages(job, now)
+        ages = {name: cell.as_text() for name, cell in live_ages(job, now).items()}
         table = Table.grid(padding=(0, 2))
         table.add_column(style="dim", no_wrap=True)
         table.add_column()
@@ -113,9 +113,9 @@ class DetailScreen(PollingScreen):
         def row(label: str, value: Text | str) -> None:
             table.add_row(Text(label), value if isinstance(value, Text) else plain(value))
 
-        row("tool", Text.assemble(plain(job.tool, "bold"), "  ", side_effect_cell(job.side_effect)))
-        row("state", state_cell(job.state))
-        row("lease health", Text.assemble(health_cell(job.health), "  ",
+        row("tool", Text.assemble(plain(job.tool, "bold"), "  ", side_effect_cell(job.side_effect).as_text()))
+        row("state", state_cell(job.state).as_text())
+        row("lease health", Text.assemble(health_cell(job.health).as_text(), "  ",
                                           plain(HEALTH_MEANING.get(job.health, ""), "dim")))
         row("owner", job.owner_id or "—")
         row("fencing token", str(job.fencing_token))
@@ -182,7 +182,7 @@ class DetailScreen(PollingScreen):
         for column in ("call", "key", "state", "token", "relation"):
             table.add_column(column, overflow="fold")
         for r in lineage:
-            table.add_row(plain(str(r.id)[:8]), plain(r.idempotency_key), state_cell(r.state),
+            table.add_row(plain(str(r.id)[:8]), plain(r.idempotency_key), state_cell(r.state).as_text(),
                           plain(r.fencing_token), plain(r.relation))
         if not lineage:
             table.add_row(plain("—"), plain("no other call shares this key's stem or request"), "", "", "")

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from console.db import reads
 from console.db.connect import Conn
@@ -17,6 +17,7 @@ from console.tui.screens.detail import DetailScreen
 from console.tui.widgets.calltable import CallTable
 from console.tui.widgets.counts import CountsStrip
 from console.tui.widgets.filterbar import FilterBar
+from console.tui.widgets.livetable import LiveTable
 from console.tui.widgets.status import TopChrome
 
 COLUMNS = [
@@ -93,7 +94,7 @@ class TriageScreen(PollingScreen):
         if job is not None:
             self.app.push_screen(DetailScreen(job.id))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
         self.action_open_call()
 
     def action_filter(self) -> None:

@@ -17,9 +17,6 @@ class FilterBar(Input):
         display: none;
         height: 3;
     }
-    FilterBar.open {
-        display: block;
-    }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close filter", tooltip="Close without changing the filter"),
@@ -38,11 +35,13 @@ class FilterBar(Input):
     def open(self, current: str = "") -> None:
         self.value = current
         self.can_focus = True
-        self.add_class("open")
-        self.focus()
+        # shown and focused at once: Widget.focus() is queued behind pending events, so the keys
+        # a fast typist (or a slow machine) already has in the queue after "/" would go elsewhere
+        self.display = True
+        self.screen.set_focus(self)
 
     def _close(self) -> None:
-        self.remove_class("open")
+        self.display = False
         self.can_focus = False
         self.screen.focus_next()
 
