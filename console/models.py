@@ -169,9 +169,22 @@ class ApprovalRow(Row):
         return str(self.id)[:8]
 
 
+class RecentEvent(Row):
+    id: int
+    job_id: uuid.UUID
+    at: datetime
+    kind: str
+    actor: str | None = None
+    fencing_token: int | None = None
+    reason: str | None = None
+    tool: str
+    what: str
+
+
 class TriageSnapshot(Row):
     counts: Counts
     rows: list[JobSummary]
+    recent: list[RecentEvent] = []
 
 
 class Ownership(Row):

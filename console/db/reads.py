@@ -20,6 +20,7 @@ from console.models import (
     JobSummary,
     LineageRow,
     Ownership,
+    RecentEvent,
     TriageSnapshot,
 )
 
@@ -34,11 +35,16 @@ def db_info(conn: Conn) -> DbInfo:
     return DbInfo.model_validate(row)
 
 
-def triage(conn: Conn, limit: int = 200) -> TriageSnapshot:
-    """Counts and the calls needing attention, worst first, from one pass over the live calls."""
-    rows = run(conn, "views/triage", limit=limit)
+def triage(conn: Conn, limit: int = 200, recent_minutes: int = 10) -> TriageSnapshot:
+    """Counts and the calls needing attention, worst first (one pass over the live calls), and
+    what happened recently that no lease shows any more."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        rows = run(conn, "views/triage", limit=limit)
+        recent = run(conn, "views/recent_events", minutes=recent_minutes, limit=12)
     counts = Counts.model_validate(rows[0])
-    return TriageSnapshot(counts=counts, rows=[JobSummary.model_validate(r) for r in rows if r["id"] is not None])
+    return TriageSnapshot(counts=counts, rows=[JobSummary.model_validate(r) for r in rows if r["id"] is not None],
+                          recent=[RecentEvent.model_validate(r) for r in recent])
 
 
 class JobFilter(BaseModel):

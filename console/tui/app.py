@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import traceback
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import ClassVar
 
+import platformdirs
+from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -25,6 +30,16 @@ from console.tui.screens.calls import CallsScreen
 from console.tui.screens.help import HelpScreen
 from console.tui.screens.triage import TriageScreen
 from console.tui.widgets.status import StatusBar, TroubleBanner
+
+
+def write_crash_log(error: BaseException | None) -> Path:
+    directory = Path(platformdirs.user_log_dir("leasectl"))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"crash-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    lines = traceback.format_exception(error) if error else ["(no exception recorded)\n"]
+    path.write_text("".join(lines))
+    return path
+
 
 SCREEN_TITLES = {"triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals"}
 
@@ -61,6 +76,25 @@ class LeasectlApp(App[None]):
         self.failures = 0
         self._stop_listening = threading.Event()
         self._last_wake = 0.0
+
+    # ------------------------------------------------------------------ crashes
+    def _handle_exception(self, error: Exception) -> None:
+        self._crash = error
+        super()._handle_exception(error)
+
+    def _fatal_error(self) -> None:
+        """A bug, not a user error: no traceback with local variables on screen (they may hold
+        a DSN's password, or a payload); one line, and the details in a log file."""
+        if os.environ.get("LEASECTL_DEBUG"):
+            super()._fatal_error()
+            return
+        error = getattr(self, "_crash", None)
+        path = write_crash_log(error)
+        self.bell()
+        self._exit_renderables.append(Text(
+            f"leasectl stopped on an internal error ({type(error).__name__ if error else 'unknown'}). "
+            f"Nothing was changed by it. Details: {path}. Please report it.", style="bold red"))
+        self._close_messages_no_wait()
 
     # ------------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> Screen[None]:

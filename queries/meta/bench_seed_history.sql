@@ -2,12 +2,12 @@
 --   spread over the last 30 days, one history event each, written in exact mode (the session
 --   must have set session_replication_role = replica: demo/exact_mode.sql).
 -- Zero rows: always.
--- Parameters: count
+-- Parameters: count, start (numbering of the keys, so batches do not collide)
 with made as (
     insert into tool_jobs (id, tool, state, owner_id, fencing_token, attempt, idempotency_key, payload,
                            payload_hash, result, created_at, claimed_at, finished_at)
     select gen_random_uuid(), 'bench_tool', (array['succeeded', 'failed', 'cancelled'])[1 + g % 3],
-           'w-' || (g % 64), 1, 1, 'history:' || g, '{"n": 1}'::jsonb, 'h', '{"ok": true}'::jsonb,
+           'w-' || (g % 64), 1, 1, 'history:' || (:start::integer + g), '{"n": 1}'::jsonb, 'h', '{"ok": true}'::jsonb,
            now() - (g % 2592000) * interval '1 second' - interval '1 hour',
            now() - (g % 2592000) * interval '1 second' - interval '1 hour',
            now() - (g % 2592000) * interval '1 second' - interval '59 minutes'

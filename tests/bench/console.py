@@ -40,7 +40,7 @@ def seeded(server: BenchServer, history: int, active: int) -> str:
         run(conn, "admin/register_tool", **BENCH_TOOL)
         run(conn, "demo/exact_mode", on=True)
         for start in range(0, history, 100_000):
-            run(conn, "meta/bench_seed_history", count=min(100_000, history - start))
+            run(conn, "meta/bench_seed_history", count=min(100_000, history - start), start=start)
         run(conn, "meta/bench_seed_active", count=active)
         run(conn, "demo/exact_mode", on=False)
         run(conn, "meta/bench_vacuum")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import ClassVar
 
+from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
@@ -12,6 +13,7 @@ from textual.widgets import Footer, Static
 from console.db import reads
 from console.db.connect import Conn
 from console.models import JobSummary, TriageSnapshot
+from console.tui.cells import plain
 from console.tui.screens.base import PollingScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.widgets.calltable import CallTable
@@ -50,6 +52,7 @@ class TriageScreen(PollingScreen):
         yield FilterBar(placeholder="filter: any text in id, tool, state, owner, health — enter to apply")
         yield CallTable(COLUMNS, id="attention")
         yield Static(id="empty")
+        yield Static(id="recent")
         yield Footer()
 
     def load(self, conn: Conn) -> TriageSnapshot:
@@ -64,6 +67,7 @@ class TriageScreen(PollingScreen):
         rows = [r for r in data.rows if self._matches(r)]
         table = self.query_one(CallTable)
         table.sync(rows, self.lapp.db_time() or data.counts.db_now)
+        self.query_one("#recent", Static).update(self._recent(data))
         empty = self.query_one("#empty", Static)
         if rows:
             empty.display = False
@@ -75,6 +79,23 @@ class TriageScreen(PollingScreen):
             else:
                 empty.update(f"Nothing needs attention: {c.running} running calls have healthy leases, "
                              f"{c.queued} queued.")
+
+    def _recent(self, data: TriageSnapshot) -> Table:
+        table = Table(title="recently (10 min)", title_justify="left", title_style="bold", expand=True,
+                      show_edge=False, show_header=False, box=None, padding=(0, 1))
+        table.add_column(no_wrap=True, style="dim")
+        table.add_column(no_wrap=True, style="bold")
+        table.add_column(no_wrap=True)
+        table.add_column(overflow="ellipsis", no_wrap=True)
+        table.add_column(no_wrap=True, style="dim")
+        for e in data.recent[:8]:
+            style = "bold red" if "zombie" in e.what or "unknown" in e.what or "not applied" in e.what else (
+                "yellow" if "despite" in e.what or "refused" in e.what or "failed" in e.what else "")
+            table.add_row(plain(e.at.strftime("%H:%M:%S")), plain(str(e.job_id)[:8]), plain(e.tool),
+                          plain(e.what, style), plain(e.actor or ""))
+        if not data.recent:
+            table.add_row("", "", "", plain("nothing notable", "dim"), "")
+        return table
 
     def _matches(self, job: JobSummary) -> bool:
         if not self.text_filter:

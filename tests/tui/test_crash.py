@@ -1,0 +1,30 @@
+"""A bug in the console ends it with one readable line and a log file, never a traceback with
+local variables (which could show a DSN's password or a payload) on the screen."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.tui.screens.triage import TriageScreen
+from tests.tui.conftest import SIZE, make_app
+
+
+async def test_a_crash_prints_one_line_and_writes_a_log(db, monkeypatch, tmp_path, capfd):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setattr("platformdirs.user_log_dir", lambda *a, **k: str(tmp_path / "logs"))
+    monkeypatch.delenv("LEASECTL_DEBUG", raising=False)
+
+    def broken(self, data):
+        raise RuntimeError("secret-dsn-password-should-not-show")
+
+    monkeypatch.setattr(TriageScreen, "show", broken)
+    app = make_app(db.dsn)
+    with pytest.raises(RuntimeError):  # run_test hands the app's error back to the test
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(1.5)
+    printed = capfd.readouterr()
+    shown = printed.out + printed.err
+    assert "internal error (RuntimeError)" in shown
+    assert "secret-dsn" not in shown and "Traceback" not in shown
+    logs = list((tmp_path / "logs").glob("crash-*.log"))
+    assert logs and "secret-dsn-password-should-not-show" in logs[0].read_text()
