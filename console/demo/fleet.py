@@ -1,0 +1,420 @@
+"""A simulated fleet: reference workers (threads) doing real lease work against fenced
+receivers, a steady flow of calls, and the troubles an on-call engineer meets, again and again.
+
+Situations travel in the calls' payloads (`"situation": ...`), so whichever worker claims such
+a call plays it out; with the same seed the same situations come in the same order. Every
+duration is multiplied by `tempo` (tool leases included), so tests can replay a minute quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from console.config import SessionLimits
+from console.db import actions
+from console.db.connect import Conn, connect, run, run_one
+from console.demo.tools import DEMO_TOOLS
+from console.errors import LeasectlError, RowLocked
+from console.receiver import FencedReceiver, StaleFence
+from console.worker import CallContext, ToolFailed, ToolNoAnswer, Worker
+
+log = logging.getLogger("leasectl.demo")
+
+# when each situation is set off, in seconds from the start of a cycle (x tempo)
+SITUATIONS: list[tuple[float, str]] = [
+    (2, "worker_dies"),        # heartbeats stop mid-call; the lease expires; another worker reclaims
+    (3, "browser_stuck"),      # heartbeats, but sits past its stage timeout
+    (5, "partition"),          # cut off from the database; wakes after its lease was taken: a zombie
+    (7, "payment_timeout"),    # the answer is lost after the request was sent: outcome unknown
+    (9, "cancel_race"),        # a cancel request and the result cross: completed despite the cancel
+    (11, "cancel_unheard"),    # a worker that never hears its cancel, and keeps renewing its lease
+    (13, "deadline"),          # the chain's deadline passes before anyone gets to it
+    (15, "attempts"),          # fails on every attempt until none is left
+    (24, "erp_batch"),         # a slow ERP batch keeps the ERP worker busy while a lease lies expired
+    (26, "row_lock"),          # a long transaction holds a row lock; an operator action meets lock_timeout
+]
+CYCLE_SECONDS = 120.0
+
+AGENTS = ["planner-1", "research-agent", "billing-agent", "ops-agent"]
+MODELS = [("gpt-5.1", "openai"), ("claude-sonnet-4.6", "anthropic"), ("gemini-3-pro", "google")]
+
+
+@dataclass
+class Receivers:
+    search: FencedReceiver = field(default_factory=lambda: FencedReceiver("search-api", verifiable=True))
+    browser: FencedReceiver = field(default_factory=lambda: FencedReceiver("browser-farm", verifiable=True))
+    erp: FencedReceiver = field(default_factory=lambda: FencedReceiver("erp", verifiable=True))
+    psp: FencedReceiver = field(default_factory=lambda: FencedReceiver("psp", verifiable=False))
+    exports: FencedReceiver = field(default_factory=lambda: FencedReceiver("exports", verifiable=True))
+
+
+class Fleet:
+    def __init__(self, dsn: str, *, seed: int = 7, tempo: float = 1.0, rate: float = 1.0,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.dsn = dsn
+        self.seed = seed
+        self.tempo = tempo
+        self.rate = rate  # new calls per second (before tempo)
+        self.say = say or log.info
+        self.rng = random.Random(seed)
+        self.receivers = Receivers()
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.workers: list[Worker] = []
+        self._dead = 0
+        self._lock = threading.Lock()
+        self._counter = 0
+        self.last_keys: dict[str, str] = {}
+        self.started = time.monotonic()
+
+    # ------------------------------------------------------------------ setup
+    def prepare(self, conn: Conn) -> None:
+        """Register the demo's tools with their lease sizing scaled by tempo."""
+        for tool in DEMO_TOOLS:
+            scaled = dict(tool)
+            for key in ("lease_seconds", "heartbeat_seconds", "jitter_seconds", "stage_timeout_seconds"):
+                scaled[key] = round(tool[key] * self.tempo, 3)
+            run_one(conn, "admin/register_tool", **scaled)
+
+    def seconds(self, value: float) -> float:
+        return value * self.tempo
+
+    # ------------------------------------------------------------------ workers
+    def start(self) -> None:
+        pools = [
+            ("w-search-1", ["web_search"]), ("w-search-2", ["web_search"]), ("w-search-3", ["web_search"]),
+            ("w-browser-1", ["browser_session"]), ("w-browser-2", ["browser_session"]),
+            ("w-erp-1", ["erp_update_order"]), ("w-erp-2", ["erp_update_order"]), ("w-pay-1", ["payment_capture"]),
+            ("w-report-1", ["report_export"]), ("w-report-2", ["report_export"]),
+        ]
+        for name, tools in pools:
+            self._start_worker(name, tools)
+        for target in (self._feed, self._situations, self._sweeper):
+            thread = threading.Thread(target=target, daemon=True, name=target.__name__)
+            thread.start()
+            self.threads.append(thread)
+
+    def _start_worker(self, name: str, tools: list[str]) -> None:
+        worker = Worker(self.dsn, name, self._handler, tools=tools, poll_interval=0.25)
+        thread = threading.Thread(target=worker.run, args=(self.stop,), daemon=True, name=name)
+        with self._lock:
+            self.workers.append(worker)
+        thread.start()
+        self.threads.append(thread)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+
+    # ------------------------------------------------------------------ the calls
+    def _key(self, prefix: str) -> str:
+        with self._lock:
+            self._counter += 1
+            key = f"{prefix}:{self.seed}-{int(self.started)}-{self._counter}"
+            self.last_keys[prefix] = key
+            return key
+
+    def enqueue(self, conn: Conn, tool: str, payload: dict[str, Any], *, key_prefix: str,
+                deadline_in: float | None = None) -> str:
+        agent = self.rng.choice(AGENTS)
+        model, provider = self.rng.choice(MODELS)
+        key = self._key(key_prefix)
+        deadline = None
+        if deadline_in is not None:
+            row = run_one(conn, "views/db_info")
+            assert row is not None
+            deadline = row["db_now"] + timedelta(seconds=self.seconds(deadline_in))
+        run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb(payload),
+                agent_id=agent, session_id=f"sess-{self.rng.randrange(1000, 9999)}", deadline_at=deadline,
+                model=model, provider=provider)
+        return key
+
+    def _feed(self) -> None:
+        """The steady flow: mostly quick searches, some ERP updates, payments, browsing, reports."""
+        # sized below each pool's capacity, so queues stay short and troubles stand out
+        choices = [("web_search", 62), ("erp_update_order", 12), ("payment_capture", 10),
+                   ("browser_session", 5), ("report_export", 3)]
+        tools = [t for t, _ in choices]
+        weights = [w for _, w in choices]
+        report = 0
+        while not self.stop.is_set():
+            try:
+                with connect(self.dsn, application_name="leasectl-demo-feed") as conn:
+                    while not self.stop.is_set():
+                        tool = self.rng.choices(tools, weights)[0]
+                        if tool == "report_export":
+                            report += 1
+                            for stage in (1, 2):
+                                self.enqueue(conn, tool, {"report": report, "stage": stage},
+                                             key_prefix=f"report:{report}:stage:{stage}")
+                        else:
+                            self.enqueue(conn, tool, self._payload(tool), key_prefix=tool.split("_")[0])
+                        self.stop.wait(self.rng.uniform(0.5, 1.5) / self.rate * self.tempo)
+            except LeasectlError as exc:
+                log.warning("demo feed: %s", exc)
+                self.stop.wait(1.0)
+
+    def _payload(self, tool: str) -> dict[str, Any]:
+        r = self.rng
+        if tool == "web_search":
+            return {"q": r.choice(["postgres fencing tokens", "lease renewal jitter", "idempotency keys",
+                                   "SKIP LOCKED queue", "hot updates fillfactor"])}
+        if tool == "erp_update_order":
+            return {"order": f"A-{r.randrange(1000, 1999)}", "status": r.choice(["picked", "shipped", "held"])}
+        if tool == "payment_capture":
+            return {"invoice": f"inv-{r.randrange(100, 999)}", "amount": f"{r.randrange(5, 500)}.00",
+                    "currency": "EUR"}
+        return {"url": r.choice(["https://shop.example/orders", "https://crm.example/leads"]),
+                "goal": "collect the table"}
+
+    # ------------------------------------------------------------------ situations
+    def _situations(self) -> None:
+        cycle = 0
+        while not self.stop.is_set():
+            start = time.monotonic()
+            for offset, name in SITUATIONS:
+                if self.stop.wait(max(start + self.seconds(offset) - time.monotonic(), 0)):
+                    return
+                try:
+                    self.say(f"situation: {name.replace('_', ' ')} (cycle {cycle + 1})")
+                    getattr(self, f"_set_off_{name}")()
+                except LeasectlError as exc:
+                    log.warning("demo situation %s: %s", name, exc)
+            cycle += 1
+            if self.stop.wait(max(start + self.seconds(CYCLE_SECONDS) - time.monotonic(), 0)):
+                return
+
+    def _with_conn(self, fn: Callable[[Conn], Any]) -> Any:
+        with connect(self.dsn, application_name="leasectl-demo") as conn:
+            return fn(conn)
+
+    def _set_off_worker_dies(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "erp_update_order",
+                                               {"order": "A-1050", "status": "cancel-line", "situation": "die"},
+                                               key_prefix="order:A-1050:cancel-line"))
+
+    def _set_off_browser_stuck(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "browser_session",
+                                               {"url": "https://shop.example/checkout", "situation": "stuck"},
+                                               key_prefix="browse:checkout"))
+
+    def _set_off_partition(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "vendor status", "situation": "partition"},
+                                               key_prefix="search:vendor-status"))
+
+    def _set_off_payment_timeout(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "payment_capture",
+                                               {"invoice": "inv-7", "amount": "129.00", "currency": "EUR",
+                                                "situation": "no_answer"},
+                                               key_prefix="payment:inv-7:capture"))
+
+    def _set_off_cancel_race(self) -> None:
+        key = self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "competitor prices",
+                                                                       "situation": "slow_result"},
+                                                     key_prefix="search:competitor-prices"))
+        threading.Thread(target=self._cancel_when_running, args=(key, 1.5, "user closed the chat"),
+                         daemon=True).start()
+
+    def _set_off_cancel_unheard(self) -> None:
+        key = self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "full crawl", "situation": "deaf"},
+                                                     key_prefix="search:full-crawl"))
+        threading.Thread(target=self._cancel_when_running, args=(key, 1.0, "taking too long"), daemon=True).start()
+
+    def _set_off_deadline(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "report_export", {"report": "quarterly", "stage": 1},
+                                               key_prefix="report:quarterly:stage:1", deadline_in=3))
+
+    def _set_off_attempts(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "flaky vendor", "situation": "always_503"},
+                                               key_prefix="search:flaky-vendor"))
+
+    def _set_off_erp_batch(self) -> None:
+        self._with_conn(lambda c: self.enqueue(c, "erp_update_order", {"order": "batch-77", "situation": "slow",
+                                                                       "status": "reprice"},
+                                               key_prefix="order:batch-77"))
+
+    def _set_off_row_lock(self) -> None:
+        threading.Thread(target=self._hold_lock_and_try, daemon=True, name="long-transaction").start()
+
+    def _cancel_when_running(self, key: str, after: float, reason: str) -> None:
+        """The operator bot cancels a call once it runs, guarded by what it read."""
+        with connect(self.dsn, application_name="leasectl-demo-operator") as conn:
+            deadline = time.monotonic() + self.seconds(60)
+            while not self.stop.is_set() and time.monotonic() < deadline:
+                row = run_one(conn, "demo/running_call", idempotency_key=key)
+                if row and row["state"] == "running":
+                    self.stop.wait(self.seconds(after))
+                    actions.cancel(conn, row["id"], seen_state="running", seen_token=row["fencing_token"],
+                                   operator="ops-bot", reason=reason)
+                    return
+                self.stop.wait(0.1)
+
+    def _hold_lock_and_try(self) -> None:
+        """A long transaction locks the unknown-outcome payment's row; an operator meets it."""
+        key = self.last_keys.get("payment:inv-7:capture")
+        if key is None:
+            return
+        forgotten = SessionLimits(statement_timeout_ms=0, lock_timeout_ms=0, idle_in_transaction_ms=0)
+        with connect(self.dsn, application_name="demo-long-transaction", autocommit=False,
+                     limits=forgotten) as holder:
+            target = run_one(holder, "demo/running_call", idempotency_key=key)
+            holder.rollback()
+            if target is None or target["state"] != "outcome_unknown":
+                return
+            run_one(holder, "demo/hold_row_lock", job_id=target["id"])  # the transaction stays open
+            self.say(f"a long transaction holds the row of call {str(target['id'])[:8]}")
+            try:
+                with connect(self.dsn, application_name="leasectl-demo-operator") as op:
+                    self.stop.wait(self.seconds(2))
+                    try:
+                        actions.mark_terminal(op, target["id"], seen_state="outcome_unknown",
+                                              seen_token=target["fencing_token"], terminal_state="failed",
+                                              operator="ops-bot", reason="PSP says declined")
+                    except RowLocked:
+                        self.say("the operator's action met lock_timeout (journaled)")
+                self.stop.wait(self.seconds(45))
+            finally:
+                holder.rollback()
+
+    # ------------------------------------------------------------------ the supervisor's sweep
+    def _sweeper(self) -> None:
+        while not self.stop.wait(self.seconds(30)):
+            try:
+                with connect(self.dsn, application_name="leasectl-demo-sweeper") as conn:
+                    for row in run(conn, "supervisor/sweep"):
+                        self.say(f"sweep: {str(row['id'])[:8]} {row['state_from']} -> {row['state_to']} "
+                                 f"({row['reason']})")
+            except LeasectlError as exc:
+                log.warning("demo sweep: %s", exc)
+
+    # ------------------------------------------------------------------ the tools
+    def _handler(self, ctx: CallContext) -> Any:
+        situation = (ctx.payload or {}).get("situation")
+        if ctx.call.attempt > 1 and situation != "always_503":
+            situation = None  # the trouble befalls the first owner; a retry is an ordinary call again
+        tool = ctx.call.tool
+        if situation == "die":
+            return self._die(ctx)
+        if situation == "partition":
+            return self._partitioned_search(ctx)
+        if tool == "web_search":
+            return self._search(ctx, situation)
+        if tool == "browser_session":
+            return self._browse(ctx, situation)
+        if tool == "erp_update_order":
+            return self._erp(ctx, situation)
+        if tool == "payment_capture":
+            return self._pay(ctx, situation)
+        return self._export(ctx)
+
+    def _search(self, ctx: CallContext, situation: str | None) -> Any:
+        if situation == "always_503":
+            raise ToolFailed("search vendor answered HTTP 503", retryable=True)
+        request = f"req-{uuid.uuid4().hex[:8]}"
+        ctx.record_event("tool_request_started", {"external_request_id": request})
+        reply = self.receivers.search.submit(object_id=f"q:{ctx.payload.get('q')}", idempotency_key=ctx.idempotency_key,
+                                             fence=ctx.fencing_token, operation="search", sender=ctx.worker_id)
+        if situation == "slow_result":
+            time.sleep(self.seconds(4))  # a tool that cannot be interrupted: the cancel arrives meanwhile
+        elif situation == "deaf":
+            end = time.monotonic() + self.seconds(150)
+            while time.monotonic() < end and not ctx.lease_lost:
+                time.sleep(0.2)  # never looks at ctx.cancel_requested: the cancel goes unheard
+        else:
+            ctx.sleep(self.rng.uniform(0.3, 2.0) * self.tempo)
+        return {"hits": 10, "confirmation": reply.result["confirmation"]}
+
+    def _browse(self, ctx: CallContext, situation: str | None) -> Any:
+        request = f"br-{uuid.uuid4().hex[:8]}"
+        ctx.record_event("tool_request_started", {"external_request_id": request})
+        self.receivers.browser.submit(object_id=request, idempotency_key=ctx.idempotency_key,
+                                      fence=ctx.fencing_token, operation="open", sender=ctx.worker_id)
+        # stuck on a modal: heartbeats go on, progress does not (stage timeout 40 s)
+        ctx.sleep(self.seconds(95 if situation == "stuck" else self.rng.uniform(4, 12)))
+        return {"rows": self.rng.randrange(10, 200)}
+
+    def _erp(self, ctx: CallContext, situation: str | None) -> Any:
+        order = str(ctx.payload.get("order"))
+        if ctx.call.previous_request_id:
+            # a previous owner may have sent it: ask first (under our token, which fences it out)
+            found = self.receivers.erp.status(ctx.idempotency_key, object_id=order, fence=ctx.fencing_token)
+            ctx.record_event("side_effect_checked", {"external_request_id": ctx.call.previous_request_id,
+                                                     "found": found is not None})
+            if found is not None:
+                return {"order": order, "confirmation": found["confirmation"], "verified": True}
+        request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
+        reply = self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key,
+                                          fence=ctx.fencing_token, operation="update", sender=ctx.worker_id,
+                                          body={"request": request})
+        ctx.sleep(self.seconds(30 if situation == "slow" else self.rng.uniform(2, 6)))
+        return {"order": order, "confirmation": reply.result["confirmation"]}
+
+    def _pay(self, ctx: CallContext, situation: str | None) -> Any:
+        request = ctx.start_side_effect(f"psp-{uuid.uuid4().hex[:8]}")
+        reply = self.receivers.psp.submit(object_id=str(ctx.payload.get("invoice")),
+                                          idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
+                                          operation="capture", sender=ctx.worker_id, body={"request": request})
+        if situation == "no_answer":
+            ctx.sleep(self.seconds(2))
+            raise ToolNoAnswer("gateway timeout after the capture request was sent")
+        ctx.sleep(self.rng.uniform(0.5, 2.0) * self.tempo)
+        return {"captured": True, "confirmation": reply.result["confirmation"]}
+
+    def _export(self, ctx: CallContext) -> Any:
+        ctx.sleep(self.seconds(self.rng.uniform(8, 18)))
+        request = ctx.start_side_effect(f"exp-{uuid.uuid4().hex[:8]}")
+        reply = self.receivers.exports.submit(object_id=str(ctx.payload.get("report")),
+                                              idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
+                                              operation="write-stage", sender=ctx.worker_id, body={"request": request})
+        return {"stage": ctx.payload.get("stage"), "file": reply.result["confirmation"]}
+
+    def _die(self, ctx: CallContext) -> Any:
+        """Send the request, then die: no more heartbeats, no result, ever (like a killed pod).
+        The orchestrator starts a replacement worker under a new name."""
+        order = str(ctx.payload.get("order"))
+        request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
+        self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
+                                  operation="update", sender=ctx.worker_id, body={"request": request})
+        ctx.worker.partitioned.set()  # from the database's point of view the worker is gone
+        with self._lock:
+            self._dead += 1
+            replacement = f"w-erp-{2 + self._dead}"
+        self.say(f"worker {ctx.worker_id} died holding call {ctx.call.short_id}; the orchestrator restarts it as "
+                 f"{replacement} later")
+        # like an orchestrator's back-off: meanwhile the lease expires and lies there, unreclaimed
+        timer = threading.Timer(self.seconds(45), self._start_worker, args=(replacement, ["erp_update_order"]))
+        timer.daemon = True
+        timer.start()
+        self.stop.wait()  # never returns while the demo runs
+        raise ToolFailed("the demo is stopping", retryable=True)
+
+    def _partitioned_search(self, ctx: CallContext) -> Any:
+        """Cut off from the database mid-call, while the search still answers; by the time the
+        network is back, another worker has the call: every write of ours is refused."""
+        subject = f"q:{ctx.payload.get('q')}"
+        ctx.record_event("tool_request_started", {"external_request_id": "req-part"})
+        reply = self.receivers.search.submit(object_id=subject, idempotency_key=ctx.idempotency_key,
+                                             fence=ctx.fencing_token, operation="search", sender=ctx.worker_id)
+        ctx.worker.partitioned.set()
+        self.say(f"worker {ctx.worker_id} is cut off from the database holding call {ctx.call.short_id}")
+        time.sleep(ctx.call.lease_seconds + self.seconds(10))  # the lease expires; someone reclaims it
+        ctx.worker.partitioned.clear()
+        try:  # a late follow-up with our old token: the receiver has seen a newer one by now
+            self.receivers.search.submit(object_id=subject, idempotency_key=ctx.idempotency_key + ":more",
+                                         fence=ctx.fencing_token, operation="search-more", sender=ctx.worker_id)
+        except StaleFence as exc:
+            ctx.record_event("receiver_rejected", {"receiver": "search-api", "highest_fence": exc.highest,
+                                                   "external_request_id": "req-part-2"})
+        return {"hits": 10, "confirmation": reply.result["confirmation"]}

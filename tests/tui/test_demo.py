@@ -1,0 +1,78 @@
+"""The demo: the real `leasectl demo --no-tui` for a bounded time, then the database must show
+that every situation happened; and the console opened on a running fleet must show them.
+Played at tempo 0.25 (every duration, tool leases included, a quarter of the real one)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from console.demo.fleet import SITUATIONS, Fleet
+from tests.tui.conftest import SIZE, make_app, screen_text, settle
+
+LEASECTL = Path(sys.executable).parent / "leasectl"
+
+CHECKS = {
+    "a worker died mid-call and another reclaimed its call":
+        "select count(*) from job_events e where e.kind = 'reclaimed' and e.owner_from is not null "
+        "and e.details ? 'previous_lease_until' and exists (select 1 from job_events s where s.job_id = e.job_id "
+        "and s.kind = 'side_effect_started' and s.actor = e.owner_from)",
+    "a browser heartbeated past its stage timeout":
+        "select count(*) from tool_jobs j join tools t on t.name = j.tool where j.tool = 'browser_session' "
+        "and coalesce(j.finished_at, now()) - j.claimed_at > t.stage_timeout_seconds * interval '1 second' "
+        "and coalesce(j.finished_at, j.heartbeat_at) - j.claimed_at > t.lease_seconds * interval '1 second'",
+    "a cut-off worker's heartbeat, result and late request were refused":
+        "select count(*) from (select job_id from job_events where kind in ('heartbeat_lost', 'result_rejected', "
+        "'receiver_rejected') group by job_id having count(distinct kind) = 3) z",
+    "a payment timed out after its request: outcome unknown":
+        "select count(*) from tool_jobs where tool = 'payment_capture' and state = 'outcome_unknown' "
+        "and side_effect_started_at is not null and external_request_id is not null",
+    "a cancel raced a result: completed despite the cancel":
+        "select count(*) from tool_jobs where state = 'succeeded' and completed_despite_cancel",
+    "a cancel nobody heard while the lease was renewed":
+        "select count(*) from tool_jobs j join tools t on t.name = j.tool where j.cancel_requested_at is not null "
+        "and coalesce(j.finished_at, j.heartbeat_at) > j.cancel_requested_at "
+        "+ (2 * t.heartbeat_seconds + t.jitter_seconds) * interval '1 second'",
+    "a call passed its chain deadline":
+        "select count(*) from tool_jobs where state = 'failed' and terminal_reason like '%deadline%'",
+    "a call used up its attempts":
+        "select count(*) from tool_jobs where state = 'failed' and terminal_reason like '%attempts exhausted%'",
+    "an operator action met lock_timeout behind a long transaction":
+        "select count(*) from job_events where kind = 'operator_action_failed' and details ->> 'error' like '%locked%'",
+}
+
+
+def test_demo_no_tui_produces_every_situation(db):
+    result = subprocess.run([str(LEASECTL), "demo", "--no-tui", "--dsn", db.dsn, "--seed", "11", "--tempo", "0.25",
+                             "--duration", "36"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    announced = re.findall(r"situation: (.+?) \(cycle 1\)", result.stdout)
+    assert announced == [name.replace("_", " ") for _, name in SITUATIONS], "same seed, same situations, same order"
+    missing = []
+    with db.connect() as conn:
+        for what, query in CHECKS.items():
+            if conn.execute(query).fetchone()["count"] == 0:
+                missing.append(what)
+        finished = conn.execute("select count(*) as n from tool_jobs where state = 'succeeded'").fetchone()["n"]
+    assert not missing, f"did not happen: {missing}\n{result.stdout[-3000:]}"
+    assert finished > 20, "the steady flow of ordinary calls goes on around the troubles"
+
+
+async def test_console_on_a_running_fleet_shows_the_troubles(db):
+    fleet = Fleet(db.dsn, seed=5, tempo=0.25, say=lambda _text: None)
+    with db.connect() as conn:
+        fleet.prepare(conn)
+    fleet.start()
+    try:
+        app = make_app(db.dsn, listen=True, poll=1.0)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            wanted = ("outcome unknown", "cancel unheard", "zombie", "completed despite the cancel request")
+            await settle(pilot, lambda: all(w in screen_text(app) for w in wanted), timeout=60)
+            text = screen_text(app)
+            assert "need a human" in text and "recently (10 min)" in text
+    finally:
+        fleet.shutdown()
