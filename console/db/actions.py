@@ -11,9 +11,20 @@ import logging
 import uuid
 
 from console.db.connect import Conn, run, run_one
-from console.db.reads import job
+from console.db.reads import job, shutdown
 from console.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
-from console.models import Action, ActionResult, Applied, JobSummary, Refused
+from console.health import sanitize
+from console.models import (
+    Action,
+    ActionResult,
+    Applied,
+    JobSummary,
+    Refused,
+    ShutdownMode,
+    ShutdownRefused,
+    ShutdownRequested,
+    ShutdownResult,
+)
 
 log = logging.getLogger("leasectl.actions")
 
@@ -80,3 +91,42 @@ def _journal_failure(conn: Conn, action: str, job_id: uuid.UUID, operator: str, 
                 request_id=request_id)
     except LeasectlError as exc:  # the journal is best effort here: the action itself did nothing
         log.warning("could not journal the failed %s on %s: %s", action, job_id, exc)
+
+
+# ----------------------------------------------------------------------------- fleet
+
+MAX_WINDOW_SECONDS = 7 * 24 * 3600
+
+
+def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator: str, reason: str,
+                     window_seconds: float) -> ShutdownResult:
+    """Ask the control plane to drain or abort the subtree rooted at agent_id.
+
+    Refused (the truth, journaled) when the agent is not running or a shutdown over its subtree
+    is already under way; an operator who is an agent of that subtree is refused by the database.
+    """
+    reason = reason.strip()
+    operator = operator.strip()
+    if mode not in ("drain", "abort"):
+        raise BadInput(f"unknown shutdown mode '{mode}': drain or abort")
+    if not reason:
+        raise BadInput("a reason is required: it is journaled with the request")
+    if not operator:
+        raise BadInput("an operator name is required")
+    if not 0 < window_seconds <= MAX_WINDOW_SECONDS:
+        raise BadInput(f"the window must be more than 0 and at most {MAX_WINDOW_SECONDS} seconds "
+                       f"(got {window_seconds:g})")
+    request_id = uuid.uuid4()
+    with conn.transaction():
+        run(conn, "meta/request_id", request_id=str(request_id))
+        row = run_one(conn, "operator/request_shutdown", root_agent_id=agent_id, mode=mode, requested_by=operator,
+                      reason=reason, window_seconds=window_seconds)
+    if row is not None:
+        found = shutdown(conn, row["id"])
+        assert found is not None
+        return ShutdownRequested(shutdown=found, request_id=request_id)
+    refusal = run_one(conn, "views/fleet_refusal", request_id=request_id)
+    if refusal is None:
+        raise BadInput(f"no agent {sanitize(agent_id)}", hint="`leasectl fleet` lists the agents")
+    return ShutdownRefused(mode=mode, root_agent_id=agent_id, reason=refusal["refusal"] or "refused",
+                           request_id=request_id)

@@ -16,11 +16,15 @@ from console.models import (
     Counts,
     DbInfo,
     Event,
+    FleetAgent,
+    FleetSnapshot,
     Job,
     JobSummary,
     LineageRow,
     Ownership,
     RecentEvent,
+    ReconciliationRecord,
+    Shutdown,
     TriageSnapshot,
 )
 
@@ -175,3 +179,32 @@ def ownership_timeline(events: list[Event]) -> list[Ownership]:
     if current is not None:
         stretches.append(Ownership(**current, until=None, how_it_ended=None))
     return stretches
+
+
+# ----------------------------------------------------------------------------- fleet
+
+
+def fleet(conn: Conn, *, shutdown_limit: int = 20) -> FleetSnapshot:
+    """The agent tree and the shutdowns (under way first), read in one snapshot."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        agents = [FleetAgent.model_validate(r) for r in run(conn, "views/fleet")]
+        under_way = [Shutdown.model_validate(r) for r in run(conn, "views/shutdowns", shutdown_id=None,
+                                                               limit=shutdown_limit)]
+    return FleetSnapshot(agents=agents, shutdowns=under_way)
+
+
+def shutdown(conn: Conn, shutdown_id: uuid.UUID) -> Shutdown | None:
+    row = run_one(conn, "views/shutdowns", shutdown_id=shutdown_id, limit=1)
+    return Shutdown.model_validate(row) if row else None
+
+
+def reconciliations(conn: Conn, limit: int = 100) -> list[ReconciliationRecord]:
+    """Newest first."""
+    return [ReconciliationRecord.model_validate(r)
+            for r in run(conn, "views/reconciliations", record_id=None, limit=limit)]
+
+
+def reconciliation(conn: Conn, record_id: uuid.UUID) -> ReconciliationRecord | None:
+    row = run_one(conn, "views/reconciliations", record_id=record_id, limit=1)
+    return ReconciliationRecord.model_validate(row) if row else None

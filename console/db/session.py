@@ -133,6 +133,7 @@ class ConsoleSession:
                 continue
             try:
                 run(conn, "meta/listen")
+                run(conn, "meta/listen_fleet")  # shutdowns, agents' states, grants
                 if on_state:
                     on_state(True)
                 backoff = 0.5

@@ -45,7 +45,21 @@ SITUATIONS: list[tuple[float, str]] = [
 ]
 CYCLE_SECONDS = 120.0
 
-AGENTS = ["planner-1", "research-agent", "billing-agent", "ops-agent"]
+# The agent tree (seed 003): a planner delegates to retrieval, code and review agents; the code
+# agent runs a sandbox that holds a database credential. The sandbox is the child that never
+# confirms it stopped: drain or abort the planner's subtree and the record lists it unaccounted.
+TREE: list[tuple[str, str | None]] = [("planner", None), ("retrieval", "planner"), ("code", "planner"),
+                                      ("sandbox", "code"), ("review", "planner")]
+SILENT = "sandbox"
+ROOTS = ["billing-agent", "ops-agent"]  # outside the tree: payments and operations
+# (grantee, kind, resource, issuer, lifetime in seconds x tempo): the rate-limit token expires
+# early on, so a record lists it as expired rather than revoked
+GRANTS: list[tuple[str, str, str, str, float]] = [
+    ("sandbox", "credential", "vault:prod-db/readonly", "code", 3600),
+    ("review", "file_lock", "repo:main/CHANGELOG.md", "planner", 1800),
+    ("retrieval", "rate_limit_token", "serp-api:60rpm", "planner", 45),
+    ("code", "queue_reservation", "queue:builds/slot-2", "planner", 1800),
+]
 MODELS = [("gpt-5.1", "openai"), ("claude-sonnet-4.6", "anthropic"), ("gemini-3-pro", "google")]
 
 
@@ -76,15 +90,50 @@ class Fleet:
         self._counter = 0
         self.last_keys: dict[str, str] = {}
         self.started = time.monotonic()
+        self.agents: dict[str, str] = {}  # role in the tree (or a root's name) -> this generation's agent id
+        self._refused: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def prepare(self, conn: Conn) -> None:
-        """Register the demo's tools with their lease sizing scaled by tempo."""
+        """Register the demo's tools with their lease sizing scaled by tempo, and the agents."""
         for tool in DEMO_TOOLS:
             scaled = dict(tool)
             for key in ("lease_seconds", "heartbeat_seconds", "jitter_seconds", "stage_timeout_seconds"):
                 scaled[key] = round(tool[key] * self.tempo, 3)
             run_one(conn, "admin/register_tool", **scaled)
+        self.register_agents(conn)
+
+    def register_agents(self, conn: Conn) -> None:
+        """This run's agents. A tree shut down earlier (in this run or a previous one) stays as it is,
+        with its record; the orchestrator starts a new generation under new names."""
+        states = {r["id"]: r["state"] for r in run(conn, "views/fleet")}
+        generation = 1
+        while states.get(f"planner-{generation}", "running") != "running":
+            generation += 1
+        agents = {role: f"{role}-{generation}" for role, _ in TREE}
+        for root in ROOTS:
+            n, name = 1, root
+            while states.get(name, "running") != "running":
+                n += 1
+                name = f"{root}-{n}"
+            agents[root] = name
+        for role, parent in TREE:
+            run_one(conn, "agent/register", agent_id=agents[role], parent_id=agents[parent] if parent else None,
+                    kind=role)
+        for root in ROOTS:
+            run_one(conn, "agent/register", agent_id=agents[root], parent_id=None, kind=root.split("-")[0])
+        fresh = states.get(agents["planner"]) is None
+        if fresh:
+            now = run_one(conn, "views/db_info")
+            assert now is not None
+            for grantee, kind, resource, issuer, lifetime in GRANTS:
+                run_one(conn, "agent/grant", agent_id=agents[grantee], kind=kind, resource=resource,
+                        issued_by=agents[issuer], expires_at=now["db_now"] + timedelta(seconds=self.seconds(lifetime)))
+            if generation > 1:
+                self.say(f"the orchestrator started a new planner tree: {agents['planner']}")
+        with self._lock:
+            self.agents = agents
+            self._refused.clear()
 
     def seconds(self, value: float) -> float:
         return value * self.tempo
@@ -99,7 +148,7 @@ class Fleet:
         ]
         for name, tools in pools:
             self._start_worker(name, tools)
-        for target in (self._feed, self._situations, self._sweeper):
+        for target in (self._feed, self._situations, self._supervise, self._agent_lives):
             thread = threading.Thread(target=target, daemon=True, name=target.__name__)
             thread.start()
             self.threads.append(thread)
@@ -126,9 +175,21 @@ class Fleet:
             self.last_keys[prefix] = key
             return key
 
+    def _agent_for(self, tool: str) -> str:
+        with self._lock:
+            agents = dict(self.agents)
+        if tool == "payment_capture":
+            return agents["billing-agent"]
+        if tool in ("erp_update_order", "report_export"):
+            return self.rng.choice([agents["code"], agents["ops-agent"]])
+        if tool == "browser_session":
+            return self.rng.choice([agents["sandbox"], agents["review"]])
+        return self.rng.choice([agents["planner"], agents["retrieval"], agents["retrieval"], agents["review"]])
+
     def enqueue(self, conn: Conn, tool: str, payload: dict[str, Any], *, key_prefix: str,
-                deadline_in: float | None = None) -> str:
-        agent = self.rng.choice(AGENTS)
+                deadline_in: float | None = None, agent: str | None = None) -> str | None:
+        """A new call for an agent; None when refused because that agent's subtree is shutting down."""
+        agent = agent or self._agent_for(tool)
         model, provider = self.rng.choice(MODELS)
         key = self._key(key_prefix)
         deadline = None
@@ -136,9 +197,14 @@ class Fleet:
             row = run_one(conn, "views/db_info")
             assert row is not None
             deadline = row["db_now"] + timedelta(seconds=self.seconds(deadline_in))
-        run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb(payload),
-                agent_id=agent, session_id=f"sess-{self.rng.randrange(1000, 9999)}", deadline_at=deadline,
-                model=model, provider=provider)
+        made = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb(payload),
+                       agent_id=agent, session_id=f"sess-{self.rng.randrange(1000, 9999)}", deadline_at=deadline,
+                       model=model, provider=provider)
+        if made is None:
+            if agent not in self._refused:
+                self._refused.add(agent)
+                self.say(f"{agent} is shutting down: its new calls are refused")
+            return None
         return key
 
     def _feed(self) -> None:
@@ -196,6 +262,12 @@ class Fleet:
             if self.stop.wait(max(start + self.seconds(CYCLE_SECONDS) - time.monotonic(), 0)):
                 return
 
+    def _situation_agent(self) -> str:
+        """Situations happen to the ops agent (outside the tree): draining the tree from the
+        console must not stop the troubles the other screens exist for."""
+        with self._lock:
+            return self.agents["ops-agent"]
+
     def _with_conn(self, fn: Callable[[Conn], Any]) -> Any:
         with connect(self.dsn, application_name="leasectl-demo") as conn:
             return fn(conn)
@@ -203,16 +275,16 @@ class Fleet:
     def _set_off_worker_dies(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "erp_update_order",
                                                {"order": "A-1050", "status": "cancel-line", "situation": "die"},
-                                               key_prefix="order:A-1050:cancel-line"))
+                                               key_prefix="order:A-1050:cancel-line", agent=self._situation_agent()))
 
     def _set_off_browser_stuck(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "browser_session",
                                                {"url": "https://shop.example/checkout", "situation": "stuck"},
-                                               key_prefix="browse:checkout"))
+                                               key_prefix="browse:checkout", agent=self._situation_agent()))
 
     def _set_off_partition(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "vendor status", "situation": "partition"},
-                                               key_prefix="search:vendor-status"))
+                                               key_prefix="search:vendor-status", agent=self._situation_agent()))
 
     def _set_off_payment_timeout(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "payment_capture",
@@ -223,30 +295,44 @@ class Fleet:
     def _set_off_cancel_race(self) -> None:
         key = self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "competitor prices",
                                                                        "situation": "slow_result"},
-                                                     key_prefix="search:competitor-prices"))
-        threading.Thread(target=self._cancel_when_running, args=(key, 1.5, "user closed the chat"),
-                         daemon=True).start()
+                                                     key_prefix="search:competitor-prices",
+                                                     agent=self._situation_agent()))
+        if key is not None:
+            self._background(self._cancel_when_running, key, 1.5, "user closed the chat")
 
     def _set_off_cancel_unheard(self) -> None:
         key = self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "full crawl", "situation": "deaf"},
-                                                     key_prefix="search:full-crawl"))
-        threading.Thread(target=self._cancel_when_running, args=(key, 1.0, "taking too long"), daemon=True).start()
+                                                     key_prefix="search:full-crawl", agent=self._situation_agent()))
+        if key is not None:
+            self._background(self._cancel_when_running, key, 1.0, "taking too long")
 
     def _set_off_deadline(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "report_export", {"report": "quarterly", "stage": 1},
-                                               key_prefix="report:quarterly:stage:1", deadline_in=3))
+                                               key_prefix="report:quarterly:stage:1", deadline_in=3,
+                                               agent=self._situation_agent()))
 
     def _set_off_attempts(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "flaky vendor", "situation": "always_503"},
-                                               key_prefix="search:flaky-vendor"))
+                                               key_prefix="search:flaky-vendor", agent=self._situation_agent()))
 
     def _set_off_erp_batch(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "erp_update_order", {"order": "batch-77", "situation": "slow",
                                                                        "status": "reprice"},
-                                               key_prefix="order:batch-77"))
+                                               key_prefix="order:batch-77", agent=self._situation_agent()))
 
     def _set_off_row_lock(self) -> None:
-        threading.Thread(target=self._hold_lock_and_try, daemon=True, name="long-transaction").start()
+        self._background(self._hold_lock_and_try)
+
+    def _background(self, target: Callable[..., None], *args: Any) -> None:
+        """A helper thread of a situation. The database may go away under it (a demo of a dead
+        database, a Ctrl-C): it ends with a line in the log, never a traceback over the console."""
+        def guarded() -> None:
+            try:
+                target(*args)
+            except Exception as exc:  # noqa: BLE001 - psycopg's or ours: the situation just ends
+                log.warning("demo %s ended: %s", target.__name__, exc)
+
+        threading.Thread(target=guarded, daemon=True, name=target.__name__).start()
 
     def _cancel_when_running(self, key: str, after: float, reason: str) -> None:
         """The operator bot cancels a call once it runs, guarded by what it read."""
@@ -288,16 +374,50 @@ class Fleet:
             finally:
                 holder.rollback()
 
-    # ------------------------------------------------------------------ the supervisor's sweep
-    def _sweeper(self) -> None:
-        while not self.stop.wait(self.seconds(30)):
+    # ------------------------------------------------------------------ the control plane and the agents
+    def _supervise(self) -> None:
+        """`leasectl supervise` in a thread: the expired-lease sweep and every shutdown requested
+        from the console (drain, abort, reconciliation record)."""
+        from console.supervisor import Supervisor, TickReport
+
+        def tell(report: TickReport) -> None:
+            for line in report.notes + report.failures:
+                self.say(line)
+
+        Supervisor(self.dsn, supervisor_id="supervisor@demo", interval=1.0, sweep_interval=self.seconds(30),
+                   on_report=tell).run(self.stop)
+
+    def _agent_lives(self) -> None:
+        """Each agent heartbeats and so learns when its subtree is shutting down; it then takes no
+        new work, and confirms it stopped once none of its calls is in flight. Except the sandbox:
+        it goes silent (a crashed container nobody restarted) and never confirms."""
+        silent: set[str] = set()
+        while not self.stop.wait(self.seconds(2)):
             try:
-                with connect(self.dsn, application_name="leasectl-demo-sweeper") as conn:
-                    for row in run(conn, "supervisor/sweep"):
-                        self.say(f"sweep: {str(row['id'])[:8]} {row['state_from']} -> {row['state_to']} "
-                                 f"({row['reason']})")
+                with connect(self.dsn, application_name="leasectl-demo-agents") as conn:
+                    fleet = {r["id"]: r for r in run(conn, "views/fleet")}
+                    with self._lock:
+                        mine = dict(self.agents)
+                    for role, agent in mine.items():
+                        if agent in silent:
+                            continue
+                        beat = run_one(conn, "agent/heartbeat", agent_id=agent)
+                        if beat is None or not beat["shutting_down"]:
+                            continue
+                        if role == SILENT:
+                            silent.add(agent)
+                            self.say(f"{agent} went silent while its subtree shuts down: it will never confirm")
+                            continue
+                        row = fleet.get(agent)
+                        in_flight = row["running_calls"] + row["queued_calls"] if row else 0
+                        if in_flight == 0 and row is not None and row["terminated_confirmed_at"] is None:
+                            run_one(conn, "agent/confirm_terminated", agent_id=agent)
+                            self.say(f"{agent} confirmed it stopped")
+                    # a tree (or a root) shut down for good: the orchestrator starts a new generation
+                    if any(fleet.get(mine[r], {}).get("state") == "terminated" for r in ("planner", *ROOTS)):
+                        self.register_agents(conn)
             except LeasectlError as exc:
-                log.warning("demo sweep: %s", exc)
+                log.warning("demo agents: %s", exc)
 
     # ------------------------------------------------------------------ the tools
     def _handler(self, ctx: CallContext) -> Any:

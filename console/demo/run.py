@@ -61,7 +61,11 @@ def prepare_database(options: DemoOptions, say: Callable[[str], None]) -> tuple[
     return make_conninfo(admin, dbname="leasectl_demo"), server
 
 
-def run_demo(options: DemoOptions, say: Announcer) -> None:
+def run_demo(options: DemoOptions, say: Announcer, open_console: Callable[[str], None] | None = None) -> None:
+    """Run the fleet; with `open_console`, hand it the DSN and stop the fleet when it returns.
+
+    The console is passed in by the caller so that this package stays headless (no Textual).
+    """
     # a closed terminal (SIGHUP) or a kill (SIGTERM) ends the demo like Ctrl-C: workers stop and
     # the embedded server is shut down on the way out, instead of being left running
     for signum in (signal.SIGHUP, signal.SIGTERM):
@@ -78,9 +82,9 @@ def run_demo(options: DemoOptions, say: Announcer) -> None:
     if say.log_path is not None:
         say(f"the fleet's log: {say.log_path}")
     try:
-        if options.tui:
+        if open_console is not None:
             say.quiet = True
-            _console(dsn, options)
+            open_console(dsn)
         else:
             _wait(options.duration)
     finally:
@@ -97,14 +101,6 @@ def _wait(duration: float | None) -> None:
         threading.Event().wait(timeout=duration)
     except KeyboardInterrupt:
         pass
-
-
-def _console(dsn: str, options: DemoOptions) -> None:
-    from console.db.session import ConsoleSession
-    from console.tui.app import LeasectlApp
-
-    session = ConsoleSession(dsn, operator=options.operator, label="leasectl_demo")
-    LeasectlApp(session).run()
 
 
 def log_to_file(directory: Path) -> Path:

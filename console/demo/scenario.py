@@ -29,7 +29,7 @@ def call_id(n: int) -> uuid.UUID:
     # stable, distinct-looking ids: the first 8 characters are what people type
     prefixes = ["8f1b7c3d", "2c9e41aa", "5d03f7e1", "a7e4c912", "c3b8d05f", "e91f2b64", "4b6a9d27", "71d2e8c0",
                 "93aa5f1e", "b5c7e033", "d8e1a4f9", "0e4f9b72", "6a2d0c5e", "f3b9e7a1", "19c4a6d8", "3e7f0b2c",
-                "57ab3e90", "86cd12f4", "ac0e5b37", "c9f2d481"]
+                "57ab3e90", "86cd12f4", "ac0e5b37", "c9f2d481", "2f8d6b13", "7c1e9a50"]
     return uuid.UUID(f"{prefixes[n]}-4e2a-4b7c-9d1e-{n:012x}")
 
 
@@ -194,7 +194,100 @@ def stories() -> list[Story]:
              .operator(-148, "operator_mark_terminal", "carol", "looked stuck", "refused", seen_state="running",
                        seen_token=1, refusal="the call changed since you looked", terminal_state="failed")
              .to(-110, "succeeded", result={"logged_in": True}))
+    # the support subtree, aborted 20 minutes ago (see fleet_fixture): how its calls ended
+    s.append(Story(18, "web_search", "ticket-311:search:1", created=-1330, agent="mailer-1")
+             .claim(-1329, "w-search-6", -1269).to(-1290, "succeeded", result={"hits": 4}))
+    s.append(Story(19, "browser_session", "ticket-311:browse:crm", created=-1320, agent="mailer-sandbox")
+             .claim(-1319, "w-browser-4", -1200)
+             .to(-1300, "cancel_requested", "control-plane", cancel_requested_at=at(-1300),
+                 cancel_requested_by="control-plane", cancel_requested_reason="the subtree is being aborted")
+             .to(-1240, "cancelled", "control-plane", fencing_token=2,
+                 terminal_reason="cancel unconfirmed: fenced by the control plane at the end of the window"))
+    s.append(Story(20, "erp_update_order", "ticket-311:erp:refund", created=-1302, agent="triage-bot-1")
+             .to(-1299, "cancelled", "control-plane",
+                 terminal_reason="never started: the subtree is shutting down"))
     return s
+
+
+# the fleet (seed 003): a working tree, a drain in progress, and an abort already reconciled
+# with one grandchild that never confirmed it stopped
+AGENTS: list[tuple[str, str | None, str, str, float, float | None, float | None]] = [
+    # id, parent, kind, state, started, last seen, confirmed stopped
+    ("planner-1", None, "planner", "running", -3600, -1, None),
+    ("retrieval-1", "planner-1", "retrieval", "running", -3500, -2, None),
+    ("code-1", "planner-1", "code", "running", -3400, -1, None),
+    ("sandbox-1", "code-1", "sandbox", "running", -3300, -4, None),
+    ("review-1", "planner-1", "review", "running", -3200, -3, None),
+    ("planner-2", None, "planner", "running", -3000, -2, None),
+    ("billing-agent", None, "billing", "running", -2900, -1, None),
+    ("ingest-1", None, "ingest", "draining", -2800, -2, None),
+    ("crawler-1", "ingest-1", "crawler", "draining", -2700, -41, None),
+    ("crawler-2", "ingest-1", "crawler", "draining", -2600, -5, -20),
+    ("support-1", None, "support", "terminated", -5000, -1250, -1260),
+    ("triage-bot-1", "support-1", "triage", "terminated", -4900, -1255, -1262),
+    ("mailer-1", "support-1", "mailer", "terminated", -4800, -1250, -1270),
+    ("mailer-sandbox", "mailer-1", "sandbox", "terminated", -4700, -1310, None),
+]
+
+
+def _fixed_uuid(name: str) -> uuid.UUID:
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"leasectl-demo:{name}")
+
+
+def fleet_fixture() -> dict[str, list[dict[str, Any]]]:
+    def maybe(t: float | None) -> datetime | None:
+        return at(t) if t is not None else None
+
+    agents = [dict(id=a, parent_id=p, kind=k, state=st, started_at=at(t0), last_seen_at=maybe(seen),
+                   terminated_confirmed_at=maybe(done)) for a, p, k, st, t0, seen, done in AGENTS]
+    grants = [
+        dict(id=_fixed_uuid("g-sandbox"), agent_id="sandbox-1", kind="credential", resource="vault:prod-db/readonly",
+             issued_by="code-1", issued_at=at(-3290), expires_at=at(2400), revoked_at=None, revoked_by=None),
+        dict(id=_fixed_uuid("g-review"), agent_id="review-1", kind="file_lock", resource="repo:main/CHANGELOG.md",
+             issued_by="planner-1", issued_at=at(-600), expires_at=at(300), revoked_at=None, revoked_by=None),
+        dict(id=_fixed_uuid("g-crawler"), agent_id="crawler-1", kind="rate_limit_token", resource="serp-api:60rpm",
+             issued_by="ingest-1", issued_at=at(-2690), expires_at=at(900), revoked_at=None, revoked_by=None),
+        dict(id=_fixed_uuid("g-mailer"), agent_id="mailer-sandbox", kind="credential", resource="smtp:relay-2",
+             issued_by="mailer-1", issued_at=at(-4690), expires_at=at(3600), revoked_at=at(-1230),
+             revoked_by="control-plane"),
+        dict(id=_fixed_uuid("g-triage"), agent_id="triage-bot-1", kind="queue_reservation",
+             resource="queue:tickets/slot-3", issued_by="support-1", issued_at=at(-4890), expires_at=at(-1500),
+             revoked_at=None, revoked_by=None),
+    ]
+    draining = _fixed_uuid("s-ingest")
+    aborted = _fixed_uuid("s-support")
+    shutdowns = [
+        dict(id=draining, root_agent_id="ingest-1", mode="drain", state="draining", requested_by="dana",
+             reason="moving the crawlers to the new cluster", requested_at=at(-61), window_seconds=300,
+             draining_at=at(-60), aborting_at=None, reconciling_at=None, finished_at=None),
+        dict(id=aborted, root_agent_id="support-1", mode="abort", state="terminated", requested_by="alice",
+             reason="support bot mailing customers in a loop", requested_at=at(-1301), window_seconds=60,
+             draining_at=None, aborting_at=at(-1300), reconciling_at=at(-1240), finished_at=at(-1230)),
+    ]
+    record = dict(
+        id=_fixed_uuid("r-support"), shutdown_id=aborted, written_by="supervisor@ops-1:4121", written_at=at(-1230),
+        in_flight=[
+            {"job_id": str(call_id(18)), "tool": "web_search", "resolution": "completed", "agent_id": "mailer-1",
+             "attempt": 1, "fencing_token": 1},
+            {"job_id": str(call_id(19)), "tool": "browser_session", "resolution": "cancel_unconfirmed",
+             "agent_id": "mailer-sandbox", "attempt": 1, "fencing_token": 2},
+            {"job_id": str(call_id(20)), "tool": "erp_update_order", "resolution": "never_started",
+             "agent_id": "triage-bot-1", "attempt": 0, "fencing_token": 0},
+        ],
+        grants_revoked=[{"grant_id": str(_fixed_uuid("g-mailer")), "agent_id": "mailer-sandbox",
+                         "kind": "credential", "resource": "smtp:relay-2", "issued_by": "mailer-1",
+                         "revoked_by": "control-plane", "revoked_at": at(-1230).isoformat()}],
+        grants_expired=[{"grant_id": str(_fixed_uuid("g-triage")), "agent_id": "triage-bot-1",
+                         "kind": "queue_reservation", "resource": "queue:tickets/slot-3", "issued_by": "support-1",
+                         "expires_at": at(-1500).isoformat()}],
+        children_confirmed=[{"agent_id": a, "parent_id": p, "kind": k, "depth": d, "confirmed_at": at(t).isoformat()}
+                            for a, p, k, d, t in (("support-1", None, "support", 0, -1260),
+                                                  ("mailer-1", "support-1", "mailer", 1, -1270),
+                                                  ("triage-bot-1", "support-1", "triage", 1, -1262))],
+        children_unaccounted=[{"agent_id": "mailer-sandbox", "parent_id": "mailer-1", "kind": "sandbox",
+                               "depth": 2, "last_seen_at": at(-1310).isoformat()}],
+    )
+    return {"agents": agents, "grants": grants, "shutdowns": shutdowns, "records": [record]}
 
 
 def load_fixed_scenario(conn: Conn) -> list[uuid.UUID]:
@@ -210,5 +303,15 @@ def load_fixed_scenario(conn: Conn) -> list[uuid.UUID]:
             for event in story.events:
                 run_one(conn, "demo/insert_event", **{**event, "details": Jsonb(event["details"])})
             made.append(story.id)
+        fleet = fleet_fixture()
+        for agent in fleet["agents"]:
+            run_one(conn, "demo/insert_agent", **agent)
+        for grant in fleet["grants"]:
+            run_one(conn, "demo/insert_grant", **grant)
+        for shutdown in fleet["shutdowns"]:
+            run_one(conn, "demo/insert_shutdown", **shutdown)
+        for record in fleet["records"]:
+            run_one(conn, "demo/insert_record", **{k: Jsonb(v) if isinstance(v, list) else v
+                                                   for k, v in record.items()})
         run(conn, "demo/exact_mode", on=False)
     return made

@@ -27,7 +27,9 @@ from console.tui.messages import DbChanged, ListenerState
 from console.tui.screens.approvals import ApprovalsScreen
 from console.tui.screens.base import PollingScreen
 from console.tui.screens.calls import CallsScreen
+from console.tui.screens.fleet import FleetScreen
 from console.tui.screens.help import HelpScreen
+from console.tui.screens.reconciliations import ReconciliationsScreen
 from console.tui.screens.triage import TriageScreen
 from console.tui.widgets.status import StatusBar, TroubleBanner
 
@@ -41,7 +43,8 @@ def write_crash_log(error: BaseException | None) -> Path:
     return path
 
 
-SCREEN_TITLES = {"triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals"}
+SCREEN_TITLES = {"triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals", "fleet": "4 Fleet",
+                 "reconciliations": "5 Reconciliations"}
 
 
 class LeasectlApp(App[None]):
@@ -51,11 +54,16 @@ class LeasectlApp(App[None]):
         "triage": TriageScreen,
         "calls": CallsScreen,
         "approvals": ApprovalsScreen,
+        "fleet": FleetScreen,
+        "reconciliations": ReconciliationsScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "switch_mode('triage')", "Triage", tooltip="Calls that need attention, worst first"),
         Binding("2", "switch_mode('calls')", "Calls", tooltip="All calls, filterable, paged"),
         Binding("3", "switch_mode('approvals')", "Approvals", tooltip="Outcome unknown: a human decides"),
+        Binding("4", "switch_mode('fleet')", "Fleet", tooltip="The agent tree and shutdowns: drain or abort"),
+        Binding("5", "switch_mode('reconciliations')", "Reconciliations",
+                tooltip="What each shutdown left: unaccounted agents, every call, every grant"),
         Binding("question_mark", "help", "Help", tooltip="Every key binding"),
         Binding("r", "refresh", "Refresh", show=False, tooltip="Fetch now"),
         Binding("q", "quit", "Quit", tooltip="Leave leasectl"),
@@ -260,6 +268,15 @@ class LeasectlApp(App[None]):
         yield SystemCommand("Calls", "All calls, filterable (2)", lambda: self.run_action("switch_mode('calls')"))
         yield SystemCommand("Approvals", "Calls whose outcome is unknown (3)",
                             lambda: self.run_action("switch_mode('approvals')"))
+        yield SystemCommand("Fleet", "The agent tree and shutdowns (4)",
+                            lambda: self.run_action("switch_mode('fleet')"))
+        yield SystemCommand("Reconciliations", "What each shutdown left behind (5)",
+                            lambda: self.run_action("switch_mode('reconciliations')"))
+        if isinstance(screen, FleetScreen) and (agent := screen.selected_agent()) is not None:
+            yield SystemCommand(f"Drain the subtree of {agent.id}", "Calls finish in a window (d)",
+                                screen.action_drain)
+            yield SystemCommand(f"Abort the subtree of {agent.id}", "Cancel now, fence the unconfirmed (x)",
+                                screen.action_abort)
         if isinstance(screen, PollingScreen) and screen.selected_job() is not None:
             job = screen.selected_job()
             assert job is not None

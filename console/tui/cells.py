@@ -15,6 +15,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.widgets import DataTable
 
 from console.health import (
     HEALTH_URGENCY,
@@ -133,3 +134,13 @@ def live_ages(job: JobSummary, now: datetime) -> dict[str, Cell]:
         "lease": Cell(lease_text, STYLE[lease_urgency(lease_left, job.heartbeat_seconds)]),
         "deadline": Cell(deadline_text, STYLE[deadline_urgency(deadline_left)]),
     }
+
+
+def selected_row_key(table: DataTable) -> str | None:
+    """The key of the row under the table's cursor, or None (empty, or being rebuilt)."""
+    if table.row_count == 0:
+        return None
+    try:
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+    except Exception:  # noqa: BLE001 - a table being rebuilt has no cursor row yet
+        return None

@@ -54,6 +54,12 @@ SHOTS = [
          title="Mark terminal on a live lease: force fences the owner out"),
     Shot("dialog_approve", ["3", "a"], until="first 8 characters",
          title="Approve a retry of an unverifiable side effect"),
+    Shot("fleet", ["4"], until="ingest-1", title="4 Fleet: the agent tree, a drain under way, an abort reconciled"),
+    Shot("dialog_drain", ["4", "d"], until="What will change", title="Drain a subtree: reason, window, the guard"),
+    Shot("reconciliations", ["5"], until="UNACCOUNTED",
+         title="5 Reconciliations: what each shutdown left, newest first"),
+    Shot("record", ["5", "enter"], until="Agents that confirmed",
+         title="A reconciliation record: the unaccounted agent first and loud, then every call and grant"),
     Shot("help", ["question_mark"], until="Lease health", title="? every binding, and what lease health means"),
     Shot("read_only", [], until="READ-ONLY", read_only=True, title="--read-only"),
 ]

@@ -13,5 +13,5 @@ left join pg_auth_members am on am.roleid = g.oid
 left join pg_roles m on m.oid = am.member
 left join pg_db_role_setting gs on gs.setrole = g.oid and gs.setdatabase = 0
 left join pg_db_role_setting ms on ms.setrole = m.oid and ms.setdatabase = 0
-where g.rolname in ('leasectl_worker', 'leasectl_operator', 'leasectl_auditor')
+where g.rolname in ('leasectl_worker', 'leasectl_operator', 'leasectl_auditor', 'leasectl_supervisor')
 order by g.rolname, m.rolname

@@ -3,6 +3,7 @@
 --   A reclaimed call keeps side_effect_started_at and external_request_id: the new owner is
 --   told that a request may already have run and must check before acting (verifiable tools).
 --   Never reclaims an unverifiable call whose side effect started: that one waits for a human.
+--   Never hands out a call of an agent that is not running: its subtree is shutting down.
 -- Zero rows: nothing to do for these tools right now.
 -- Parameters: worker_id, tools (text[] or null for any tool)
 with expired as (
@@ -15,6 +16,7 @@ with expired as (
       and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
       and j.attempt < t.max_attempts + j.extra_attempts
       and (j.deadline_at is null or j.deadline_at > now())
+      and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
     order by j.lease_until
     limit 1
     for update of j skip locked
@@ -28,6 +30,7 @@ fresh as (
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
       and j.attempt < t.max_attempts + j.extra_attempts
       and (j.deadline_at is null or j.deadline_at > now())
+      and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
     order by j.created_at
     limit 1
     for update of j skip locked

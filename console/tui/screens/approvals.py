@@ -20,7 +20,7 @@ from console.db import reads
 from console.db.connect import Conn
 from console.health import format_seconds, sanitize
 from console.models import ApprovalRow, JobSummary
-from console.tui.cells import plain
+from console.tui.cells import plain, selected_row_key
 from console.tui.screens.base import PollingScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.widgets.status import TopChrome
@@ -86,7 +86,7 @@ class ApprovalsScreen(PollingScreen):
         for side_effect, _title in GROUPS:
             table = self.query_one(f"#group-{side_effect}", DataTable)
             group = [r for r in self.rows if r.side_effect == side_effect]
-            selected = self._selected_key(table)
+            selected = selected_row_key(table)
             table.clear()
             for r in group:
                 waiting = (now - r.outcome_unknown_at).total_seconds() if r.outcome_unknown_at else None
@@ -100,20 +100,11 @@ class ApprovalsScreen(PollingScreen):
         self.query_one("#none-waiting", Static).display = not self.rows
         self._explain()
 
-    @staticmethod
-    def _selected_key(table: DataTable) -> str | None:
-        if table.row_count == 0:
-            return None
-        try:
-            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:  # noqa: BLE001
-            return None
-
     def _focused_row(self) -> ApprovalRow | None:
         focused = self.focused if isinstance(self.focused, DataTable) else None
         tables = [focused] if focused else [self.query_one(f"#group-{s}", DataTable) for s, _ in GROUPS]
         for table in tables:
-            key = self._selected_key(table)
+            key = selected_row_key(table)
             if key:
                 return next((r for r in self.rows if str(r.id) == key), None)
         return None

@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from console.fleet_words import AGENT_STATE_MEANING, RESOLUTION_MEANING
 from console.health import HEALTH_LABELS, HEALTH_MEANING
 
 KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "esc", "enter": "enter",
@@ -65,17 +66,27 @@ class HelpScreen(ModalScreen[None]):
         table.add_row(Text("ctrl+p"), Text("command palette: every action by name"), Text("everywhere"))
         table.add_row(Text("mouse"), Text("click a row to select it, again to open it; click buttons"),
                       Text("everywhere"))
+        legend_title, meanings = self._legend()
         legend = Table(expand=True, show_edge=False, show_header=False)
         legend.add_column(style="bold", no_wrap=True)
         legend.add_column()
-        for label, meaning in HEALTH_MEANING.items():
-            legend.add_row(Text(HEALTH_LABELS[label]), Text(meaning))
+        for label, meaning in meanings.items():
+            legend.add_row(Text(label), Text(meaning))
         with VerticalScroll():
             yield Static(Text("Keys", style="bold"))
             yield Static(table)
-            yield Static(Text("\nLease health", style="bold"))
+            yield Static(Text(f"\n{legend_title}", style="bold"))
             yield Static(legend)
             yield Static(Text("\nesc closes this help", style="dim"))
+
+    def _legend(self) -> tuple[str, dict[str, str]]:
+        """The words the screen below uses: resolutions and agent states on the fleet screens."""
+        name = type(self.below).__name__
+        if name in ("ReconciliationsScreen", "RecordScreen"):
+            return "Resolutions of in-flight calls", {k.replace("_", " "): v for k, v in RESOLUTION_MEANING.items()}
+        if name == "FleetScreen":
+            return "Agent states", AGENT_STATE_MEANING
+        return "Lease health", {HEALTH_LABELS[label]: meaning for label, meaning in HEALTH_MEANING.items()}
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)

@@ -1,0 +1,80 @@
+-- Purpose: the control plane writes, from outside, what happened to a subtree before anything
+--   in it is called terminated (seed 003): every call that was in flight when the shutdown was
+--   requested (or came after) and how it resolved -- completed, failed, cancelled,
+--   cancel_unconfirmed (stopped while running without its worker confirming), outcome_unknown,
+--   never_started; every grant revoked vs. already expired; every agent of the subtree that
+--   confirmed it stopped vs. unaccounted. One record per shutdown, whoever writes first.
+--   Run it after subtree_revoke_grants.sql in the same transaction: a grant not revoked by then
+--   is listed as expired.
+-- Zero rows: the record was already written (by another supervisor); nothing changed.
+-- Parameters: shutdown_id, written_by
+with shutdown as (
+    select id, root_agent_id, requested_at from shutdowns where id = :shutdown_id::uuid
+),
+tree as (
+    select t.agent_id, t.depth from shutdown s cross join lateral leasectl_subtree(s.root_agent_id) t
+),
+calls as (
+    select j.id, j.tool, j.agent_id, j.state, j.attempt, j.created_at, j.finished_at, j.fencing_token,
+           case
+               when j.state = 'succeeded' then 'completed'
+               when j.state = 'failed' then 'failed'
+               when j.state = 'outcome_unknown' then 'outcome_unknown'
+               when j.state = 'cancelled' and j.attempt = 0 then 'never_started'
+               -- stopped while running by someone other than its owner: nobody confirmed it stopped
+               when j.state = 'cancelled' and exists (
+                   select 1 from job_events e
+                   where e.job_id = j.id and e.state_to = 'cancelled'
+                     and e.state_from in ('running', 'cancel_requested')
+                     and e.actor is distinct from e.owner_from) then 'cancel_unconfirmed'
+               when j.state = 'cancelled' then 'cancelled'
+               else j.state  -- still live: the supervisor never writes a record while any is
+           end as resolution
+    from tool_jobs j
+    join tree on tree.agent_id = j.agent_id
+    cross join shutdown s
+    where j.finished_at is null or j.finished_at >= s.requested_at
+),
+grant_list as (
+    select g.id, g.agent_id, g.kind, g.resource, g.issued_by, g.expires_at, g.revoked_at, g.revoked_by
+    from grants g
+    join tree on tree.agent_id = g.agent_id
+    cross join shutdown s
+    where g.revoked_at is null or g.revoked_at >= s.requested_at
+),
+children as (
+    select a.id, a.parent_id, a.kind, tree.depth, a.terminated_confirmed_at, a.last_seen_at
+    from agents a
+    join tree on tree.agent_id = a.id
+)
+insert into reconciliation_records (shutdown_id, written_by, in_flight, grants_revoked, grants_expired,
+                                    children_confirmed, children_unaccounted)
+select s.id, :written_by::text,
+       coalesce((select jsonb_agg(jsonb_build_object(
+                            'job_id', c.id, 'tool', c.tool, 'resolution', c.resolution, 'agent_id', c.agent_id,
+                            'attempt', c.attempt, 'fencing_token', c.fencing_token, 'finished_at', c.finished_at)
+                        order by c.created_at, c.id) from calls c), '[]'::jsonb),
+       coalesce((select jsonb_agg(jsonb_build_object(
+                            'grant_id', g.id, 'agent_id', g.agent_id, 'kind', g.kind, 'resource', g.resource,
+                            'issued_by', g.issued_by, 'revoked_by', g.revoked_by, 'revoked_at', g.revoked_at)
+                        order by g.revoked_at, g.id)
+                 from grant_list g where g.revoked_at is not null), '[]'::jsonb),
+       coalesce((select jsonb_agg(jsonb_build_object(
+                            'grant_id', g.id, 'agent_id', g.agent_id, 'kind', g.kind, 'resource', g.resource,
+                            'issued_by', g.issued_by, 'expires_at', g.expires_at)
+                        order by g.expires_at, g.id)
+                 from grant_list g where g.revoked_at is null), '[]'::jsonb),
+       coalesce((select jsonb_agg(jsonb_build_object(
+                            'agent_id', c.id, 'parent_id', c.parent_id, 'kind', c.kind, 'depth', c.depth,
+                            'confirmed_at', c.terminated_confirmed_at)
+                        order by c.depth, c.id)
+                 from children c where c.terminated_confirmed_at is not null), '[]'::jsonb),
+       coalesce((select jsonb_agg(jsonb_build_object(
+                            'agent_id', c.id, 'parent_id', c.parent_id, 'kind', c.kind, 'depth', c.depth,
+                            'last_seen_at', c.last_seen_at)
+                        order by c.depth, c.id)
+                 from children c where c.terminated_confirmed_at is null), '[]'::jsonb)
+from shutdown s
+on conflict (shutdown_id) do nothing
+returning id, shutdown_id, written_by, written_at, in_flight, grants_revoked, grants_expired,
+          children_confirmed, children_unaccounted

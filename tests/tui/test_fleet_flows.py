@@ -1,0 +1,137 @@
+"""The fleet screens through the real console (Pilot) on a real database: drain and abort a
+subtree with the same dialog rules as the call actions, and read what the shutdown left."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.db.connect import run_one
+from console.supervisor import tick
+from tests.helpers import claim, enqueue, give_grant, register_tool, register_tree, request_shutdown, wait_until
+from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle
+from tests.tui.test_flows import type_text
+
+TREE = {"planner-1": None, "retrieval-1": "planner-1", "code-1": "planner-1", "sandbox-1": "code-1",
+        "review-1": "planner-1"}
+
+
+@pytest.fixture
+def fleet(db):
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
+                      jitter_seconds=5)
+        register_tree(conn, TREE)
+        give_grant(conn, "sandbox-1", "credential", "vault:prod-db", issued_by="code-1")
+        yield db, conn
+
+
+async def select_agent(pilot, agent: str) -> None:
+    await pilot.press("4")
+    await settle(pilot, lambda: "planner-1" in screen_text(pilot.app))
+    for _ in range(10):
+        if f"agent      {agent}" in screen_text(pilot.app):
+            return
+        await pilot.press("down")
+        await settle(pilot)
+    raise AssertionError(f"could not select {agent}:\n{screen_text(pilot.app)}")
+
+
+async def test_drain_from_the_console_is_requested_and_journaled(fleet):
+    db, conn = fleet
+    enqueue(conn, "search", agent_id="sandbox-1")
+    claim(conn, "w-1")
+    app = make_app(db.dsn, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await select_agent(pilot, "code-1")
+        await pilot.press("d")
+        await settle(pilot, lambda: "What will change" in screen_text(app))
+        text = screen_text(app)
+        assert "Drain the subtree of code-1" in text and "2 agent(s)" in text
+        assert "1 running call(s) get the window" in text and "1 live grant(s)" in text
+        assert "queries/operator/request_shutdown.sql" in text and "code-1 is still running" in text
+        await type_text(pilot, "moving to the new cluster")
+        await pilot.press("enter")  # on to the window
+        await type_text(pilot, "90")  # the default is selected on focus: typing replaces it
+        await pilot.press("enter")
+        await settle(pilot, lambda: "REQUESTED" in screen_text(app))
+        assert "fleet journal" in screen_text(app)
+        await pilot.press("escape")
+        await settle(pilot, lambda: "draining" in screen_text(app) or "requested ·" in screen_text(app))
+    shutdown = conn.execute("select * from shutdowns").fetchone()
+    assert (shutdown["root_agent_id"], shutdown["mode"], shutdown["requested_by"]) == ("code-1", "drain", "dana")
+    assert float(shutdown["window_seconds"]) == 90 and shutdown["reason"] == "moving to the new cluster"
+    event = conn.execute("select * from fleet_events where kind = 'shutdown_requested'").fetchone()
+    assert event["actor"] == "dana" and event["request_id"] is not None
+
+
+async def test_abort_refused_says_why_and_the_refusal_is_journaled(fleet):
+    db, conn = fleet
+    app = make_app(db.dsn, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await select_agent(pilot, "code-1")
+        await pilot.press("x")
+        await settle(pilot, lambda: "What will change" in screen_text(app))
+        assert "cancel requested" in screen_text(app) and "NOT stopped" in screen_text(app)
+        # meanwhile someone else drains the parent
+        assert request_shutdown(conn, "planner-1", "drain", operator="erin") is not None
+        await type_text(pilot, "runaway sandbox")
+        await pilot.press("enter", "enter")
+        await settle(pilot, lambda: "REFUSED" in screen_text(app))
+        assert "a shutdown of planner-1 is already under way" in screen_text(app)
+    refusal = conn.execute("select * from fleet_events where kind = 'shutdown_refused'").fetchone()
+    assert refusal["actor"] == "dana" and refusal["reason"] == "runaway sandbox" and refusal["request_id"]
+    assert conn.execute("select count(*) as n from shutdowns").fetchone()["n"] == 1
+
+
+async def test_escape_and_empty_reason_change_nothing_and_read_only_refuses(fleet):
+    db, conn = fleet
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_agent(pilot, "code-1")
+        await pilot.press("d")
+        await settle(pilot, lambda: "What will change" in screen_text(app))
+        await pilot.press("enter", "enter")
+        await settle(pilot, lambda: "A reason is required" in screen_text(app))
+        await pilot.press("escape")
+        await settle(pilot, lambda: "What will change" not in screen_text(app))
+    read_only = make_app(db.dsn, read_only=True)
+    async with read_only.run_test(size=SIZE) as pilot:
+        await select_agent(pilot, "code-1")
+        await pilot.press("x")
+        await settle(pilot)
+        assert "What will change" not in screen_text(read_only)
+        assert "Read-only console" in notifications(read_only)
+    assert conn.execute("select count(*) as n from shutdowns").fetchone()["n"] == 0
+    assert conn.execute("select count(*) as n from fleet_events where kind like 'shutdown%'").fetchone()["n"] == 0
+
+
+async def test_a_finished_shutdown_shows_the_unaccounted_agent_first_and_opens_its_calls(fleet):
+    db, conn = fleet
+    e = enqueue(conn, "search", agent_id="sandbox-1")
+    claim(conn, "w-1")
+    s = request_shutdown(conn, "code-1", "abort", window=0.3)
+    tick(conn, supervisor_id="sup-test", sweep=False)
+    run_one(conn, "agent/confirm_terminated", agent_id="code-1")
+
+    def finished():
+        tick(conn, supervisor_id="sup-test", sweep=False)
+        return conn.execute("select state from shutdowns where id = %s", (s["id"],)).fetchone()["state"] == "terminated"
+    wait_until(finished, timeout=15, interval=0.1, what="the shutdown to finish")
+
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await settle(pilot, lambda: "UNACCOUNTED" in screen_text(app))
+        assert "NEVER" in screen_text(app), "the silent sandbox never confirmed"
+        await pilot.press("5")
+        await settle(pilot, lambda: "abort of code-1" in screen_text(app))
+        await pilot.press("enter")
+        await settle(pilot, lambda: "Agents that confirmed" in screen_text(app))
+        text = screen_text(app)
+        assert text.index("1 AGENT(S) UNACCOUNTED") < text.index("In-flight calls")
+        assert "sandbox-1" in text and "cancel unconfirmed" in text and "revoked by control-plane" in text
+        await pilot.press("enter")
+        await settle(pilot, lambda: "Ownership" in screen_text(app) or str(e["id"]) in screen_text(app))
+        assert str(e["id"]) in screen_text(app)
+        await pilot.press("escape")
+        await settle(pilot, lambda: "Agents that confirmed" in screen_text(app))
