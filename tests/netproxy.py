@@ -84,7 +84,7 @@ class DbProxy:
                     if not data:
                         return
                     (b if s is a else a).sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a socket closed by cut() under select()
             return
         finally:
             for s in sockets:
