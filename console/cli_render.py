@@ -135,7 +135,16 @@ def fleet_tables(snapshot: FleetSnapshot) -> list[Table]:
         shutdowns.add_row(_t(s.short_id, "bold"), _t(f"{s.root_agent_id} ({s.agents} agents)"), _t(s.mode),
                           _t(shutdown_phase(s), "bold red" if loud else ""), _t(s.requested_by), _t(s.reason),
                           _t(format_seconds((s.db_now - s.requested_at).total_seconds()) + " ago"))
-    return [tree, shutdowns]
+    held = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                 title="grants held (not revoked)", title_justify="left")
+    for column in ("agent", "kind", "resource", "issued by", "expires"):
+        held.add_column(column, overflow="fold")
+    for g in snapshot.grants:
+        left = g.expires_in_seconds
+        held.add_row(_t(g.agent_id, "bold"), _t(g.kind), _t(g.resource), _t(g.issued_by),
+                     _t(f"in {format_seconds(left)}" if left > 0 else f"EXPIRED {format_seconds(-left)} ago",
+                        "" if left > 0 else "dim"))
+    return [tree, shutdowns, held]
 
 
 def reconciliation_panel(record: ReconciliationRecord) -> Panel:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from console.health import format_seconds
-from console.models import FleetAgent, Shutdown
+from console.models import FleetAgent, HeldGrant, Shutdown
 
 AGENT_STATE_STYLE = {
     "running": "green",
@@ -48,6 +48,13 @@ def stopped_label(agent: FleetAgent) -> tuple[str, str]:
     if agent.state == "terminated":
         return "NEVER", "bold red"  # terminated without confirming: unaccounted in its record
     return "not yet", "yellow"
+
+
+def grant_words(grant: HeldGrant, now: datetime | None = None) -> str:
+    """`credential vault:prod-db (from code-1, expires in 39m)`, by the database's clock."""
+    left = (grant.expires_at - now).total_seconds() if now else grant.expires_in_seconds
+    when = f"expires in {seconds(left)}" if left > 0 else f"EXPIRED {seconds(-left)} ago, not revoked"
+    return f"{grant.kind} {grant.resource} (from {grant.issued_by}, {when})"
 
 
 def seconds(value: float) -> str:

@@ -360,9 +360,23 @@ class ReconciliationRecord(Row):
             "children_confirmed", "children_unaccounted"})
 
 
+class HeldGrant(Row):
+    """A grant not revoked (yet): live, or expired and never revoked."""
+
+    id: uuid.UUID
+    agent_id: str
+    kind: str
+    resource: str
+    issued_by: str
+    issued_at: datetime
+    expires_at: datetime
+    expires_in_seconds: float
+
+
 class FleetSnapshot(Row):
     agents: list[FleetAgent]
     shutdowns: list[Shutdown]
+    grants: list[HeldGrant] = []
 
 
 class ShutdownRequested(Row):

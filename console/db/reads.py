@@ -18,6 +18,7 @@ from console.models import (
     Event,
     FleetAgent,
     FleetSnapshot,
+    HeldGrant,
     Job,
     JobSummary,
     LineageRow,
@@ -184,14 +185,15 @@ def ownership_timeline(events: list[Event]) -> list[Ownership]:
 # ----------------------------------------------------------------------------- fleet
 
 
-def fleet(conn: Conn, *, shutdown_limit: int = 20) -> FleetSnapshot:
+def fleet(conn: Conn, *, shutdown_limit: int = 20, grant_limit: int = 2000) -> FleetSnapshot:
     """The agent tree and the shutdowns (under way first), read in one snapshot."""
     with conn.transaction():
         run(conn, "meta/snapshot")
         agents = [FleetAgent.model_validate(r) for r in run(conn, "views/fleet")]
         under_way = [Shutdown.model_validate(r) for r in run(conn, "views/shutdowns", shutdown_id=None,
                                                                limit=shutdown_limit)]
-    return FleetSnapshot(agents=agents, shutdowns=under_way)
+        grants = [HeldGrant.model_validate(r) for r in run(conn, "views/grants", limit=grant_limit)]
+    return FleetSnapshot(agents=agents, shutdowns=under_way, grants=grants)
 
 
 def shutdown(conn: Conn, shutdown_id: uuid.UUID) -> Shutdown | None:

@@ -168,6 +168,8 @@ def test_fleet_drain_abort_reconciliations_and_supervise(cli):
                 "running_calls", "live_grants"):
         assert key in sandbox, key
     assert sandbox["live_grants"] == 1 and sandbox["state"] == "running"
+    assert [(g["agent_id"], g["resource"], g["issued_by"]) for g in fleet["grants"]] == [
+        ("sandbox-1", "vault:prod-db", "code-1")]
     human = invoke("fleet")
     assert human.exit_code == 0 and "sandbox-1" in human.output
 

@@ -36,6 +36,15 @@ async def select_agent(pilot, agent: str) -> None:
     raise AssertionError(f"could not select {agent}:\n{screen_text(pilot.app)}")
 
 
+async def test_the_selected_agent_shows_the_grants_it_holds(fleet):
+    db, _conn = fleet
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_agent(pilot, "sandbox-1")
+        text = screen_text(app)
+        assert "credential vault:prod-db" in text and "from code-1" in text and "expires in" in text
+
+
 async def test_drain_from_the_console_is_requested_and_journaled(fleet):
     db, conn = fleet
     enqueue(conn, "search", agent_id="sandbox-1")

@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from console.db import reads
 from console.db.connect import Conn
-from console.fleet_words import AGENT_STATE_STYLE, shutdown_phase, stopped_label, tree_prefixes
+from console.fleet_words import AGENT_STATE_STYLE, grant_words, shutdown_phase, stopped_label, tree_prefixes
 from console.health import format_seconds, sanitize
 from console.models import FleetAgent, FleetSnapshot, Shutdown, ShutdownMode
 from console.tui.cells import plain, selected_row_key
@@ -195,6 +195,11 @@ class FleetScreen(PollingScreen):
                  "green" if agent.terminated_confirmed_at else "bold red")
         line("its calls", f"{agent.running_calls} running, {agent.queued_calls} queued")
         line("its grants", f"{agent.live_grants} live, {agent.expired_grants} expired (not revoked)")
+        now = self.lapp.db_time()
+        for grant in [g for g in self.snapshot.grants if g.agent_id == agent.id][:8]:
+            expired = now is not None and grant.expires_at <= now
+            # held by an agent that is shutting down: the control plane will revoke it
+            line("holds", grant_words(grant, now), "dim" if expired else ("yellow" if agent.state != "running" else ""))
         under_way = next((s for s in self.snapshot.shutdowns if s.id == agent.shutdown_id), None)
         if under_way:
             line("shutdown", f"{under_way.mode} of {under_way.root_agent_id}: "
