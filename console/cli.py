@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from rich.table import Table
 
 from console.config import resolve_dsn
 from console.errors import LeasectlError
+
+if TYPE_CHECKING:
+    from console.models import ShutdownMode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -354,13 +357,14 @@ def fleet(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
         err.print("no agent is registered")
 
 
-def _shutdown(mode: str, agent: str, reason: str, window: float, operator: str | None, dsn: str | None) -> None:
+def _shutdown(mode: ShutdownMode, agent: str, reason: str, window: float, operator: str | None,
+              dsn: str | None) -> None:
     from console.config import default_operator
     from console.db import actions
     from console.models import ShutdownRequested
 
     with _connect(dsn) as conn:
-        result = actions.request_shutdown(conn, agent, mode=mode, operator=operator or default_operator(),  # type: ignore[arg-type]
+        result = actions.request_shutdown(conn, agent, mode=mode, operator=operator or default_operator(),
                                           reason=reason, window_seconds=window)
     if isinstance(result, ShutdownRequested):
         _answer(True, result.message, f"shutdown {result.shutdown.id}, request {result.request_id}; "

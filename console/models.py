@@ -169,6 +169,15 @@ class ApprovalRow(Row):
         return str(self.id)[:8]
 
 
+class ApprovalQueue(Row):
+    """The approvals screen's data, read in one snapshot: each waiting call with what may have
+    happened, and its summary (state and token: the guard an approval relies on)."""
+
+    rows: list[ApprovalRow]
+    calls: dict[str, JobSummary]
+    db_now: datetime
+
+
 class RecentEvent(Row):
     id: int
     job_id: uuid.UUID

@@ -6,12 +6,13 @@ import re
 import uuid
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from console.db.connect import Conn, run, run_one
 from console.errors import BadInput
 from console.health import id_range, sanitize
 from console.models import (
+    ApprovalQueue,
     ApprovalRow,
     Counts,
     DbInfo,
@@ -65,18 +66,12 @@ class JobFilter(BaseModel):
     id_prefix: str | None = None
     health: str | None = None
 
-    @field_validator("state")
+    @field_validator("state", "health")
     @classmethod
-    def _state(cls, value: str | None) -> str | None:
-        if value is not None and value not in STATES:
-            raise ValueError(f"unknown state '{value}' (one of {', '.join(STATES)})")
-        return value
-
-    @field_validator("health")
-    @classmethod
-    def _health(cls, value: str | None) -> str | None:
-        if value is not None and value not in HEALTHS:
-            raise ValueError(f"unknown health '{value}' (one of {', '.join(HEALTHS)})")
+    def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
+        known = STATES if info.field_name == "state" else HEALTHS
+        if value is not None and value not in known:
+            raise ValueError(f"unknown {info.field_name} '{value}' (one of {', '.join(known)})")
         return value
 
     def describe(self) -> str:
@@ -156,6 +151,18 @@ def lineage(conn: Conn, job_id: uuid.UUID) -> list[LineageRow]:
 
 def approvals(conn: Conn) -> list[ApprovalRow]:
     return [ApprovalRow.model_validate(r) for r in run(conn, "views/approvals")]
+
+
+def approval_queue(conn: Conn) -> ApprovalQueue:
+    """The waiting calls and their summaries in one snapshot (two statements, not one per call),
+    so the guard shown beside a call is the state it was read in."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        rows = approvals(conn)
+        calls = jobs(conn, JobFilter(state="outcome_unknown"), limit=max(len(rows), 1)) if rows else []
+        now = rows[0].db_now if rows else db_info(conn).db_now
+    waiting = {str(r.id) for r in rows}
+    return ApprovalQueue(rows=rows, calls={str(c.id): c for c in calls if str(c.id) in waiting}, db_now=now)
 
 
 def ownership_timeline(events: list[Event]) -> list[Ownership]:

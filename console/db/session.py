@@ -80,25 +80,25 @@ class ConsoleSession:
 
     def read(self, fn: Callable[[Conn], T]) -> T:
         with self._read_lock:
-            if self._read is None or self._read.closed or self._read.broken:
-                self._read = self._connect()
-            try:
-                return fn(self._read)
-            except DatabaseUnavailable:
-                self._drop("_read")
-                raise
+            return self._use("_read", fn, for_actions=False)
 
     def act(self, fn: Callable[[Conn], T]) -> T:
         if self.read_only_reason:
             raise ReadOnlySession(f"refused: this console is read-only ({self.read_only_reason})")
         with self._act_lock:
-            if self._act is None or self._act.closed or self._act.broken:
-                self._act = self._connect(for_actions=True)
-            try:
-                return fn(self._act)
-            except DatabaseUnavailable:
-                self._drop("_act")
-                raise
+            return self._use("_act", fn, for_actions=True)
+
+    def _use(self, attr: str, fn: Callable[[Conn], T], *, for_actions: bool) -> T:
+        """Run fn on that connection (made again if it is gone); drop it when the database went away."""
+        conn = getattr(self, attr)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._connect(for_actions=for_actions)
+            setattr(self, attr, conn)
+        try:
+            return fn(conn)
+        except DatabaseUnavailable:
+            self._drop(attr)
+            raise
 
     def _drop(self, attr: str) -> None:
         conn = getattr(self, attr)

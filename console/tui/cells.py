@@ -110,6 +110,15 @@ def seconds_between(later: datetime | None, earlier: datetime | None) -> float |
     return (later - earlier).total_seconds()
 
 
+def time_left(seconds: float | None, past: str) -> str:
+    """`12s`, or `expired 3s ago` once it is behind us, or `—` when there is no such time."""
+    if seconds is None:
+        return "—"
+    if seconds < 0:
+        return f"{past} {format_seconds(-seconds)} ago"
+    return format_seconds(seconds)
+
+
 def live_ages(job: JobSummary, now: datetime) -> dict[str, Cell]:
     """The ticking cells, recomputed from the database's clock every second."""
     live = job.state in ("running", "cancel_requested")
@@ -117,18 +126,8 @@ def live_ages(job: JobSummary, now: datetime) -> dict[str, Cell]:
     lease_left = seconds_between(job.lease_until, now) if live else None
     deadline_left = seconds_between(job.deadline_at, now) if job.finished_at is None else None
     hb_text = format_seconds(hb_age) if hb_age is not None else "—"
-    if lease_left is None:
-        lease_text = "—"
-    elif lease_left < 0:
-        lease_text = f"expired {format_seconds(-lease_left)} ago"
-    else:
-        lease_text = format_seconds(lease_left)
-    if deadline_left is None:
-        deadline_text = "—"
-    elif deadline_left < 0:
-        deadline_text = f"passed {format_seconds(-deadline_left)} ago"
-    else:
-        deadline_text = format_seconds(deadline_left)
+    lease_text = time_left(lease_left, "expired")
+    deadline_text = time_left(deadline_left, "passed")
     return {
         "heartbeat": Cell(hb_text, STYLE[heartbeat_urgency(hb_age, job.heartbeat_seconds, job.jitter_seconds)]),
         "lease": Cell(lease_text, STYLE[lease_urgency(lease_left, job.heartbeat_seconds)]),

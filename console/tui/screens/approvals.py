@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Label, Static
 from console.db import reads
 from console.db.connect import Conn
 from console.health import format_seconds, sanitize
-from console.models import ApprovalRow, JobSummary
+from console.models import ApprovalQueue, ApprovalRow, JobSummary
 from console.tui.cells import plain, selected_row_key
 from console.tui.screens.base import PollingScreen
 from console.tui.screens.detail import DetailScreen
@@ -69,19 +69,14 @@ class ApprovalsScreen(PollingScreen):
                 table.add_column(label, key=key, width=width)
         super().on_mount()
 
-    def load(self, conn: Conn) -> tuple[list[ApprovalRow], dict[str, JobSummary], datetime]:
-        rows = reads.approvals(conn)
-        # the guard needs the summary (state and token) of each call the approver may act on
-        summaries: dict[str, JobSummary] = {
-            str(r.id): s for r in rows if (s := reads.job(conn, r.id)) is not None}
-        now = rows[0].db_now if rows else reads.db_info(conn).db_now
-        return rows, summaries, now
+    def load(self, conn: Conn) -> ApprovalQueue:
+        return reads.approval_queue(conn)
 
-    def db_now_of(self, data: tuple[list[ApprovalRow], dict[str, JobSummary], datetime]) -> datetime:
-        return data[2]
+    def db_now_of(self, data: ApprovalQueue) -> datetime:
+        return data.db_now
 
-    def show(self, data: tuple[list[ApprovalRow], dict[str, JobSummary], datetime]) -> None:
-        self.rows, self.jobs, db_now = data
+    def show(self, data: ApprovalQueue) -> None:
+        self.rows, self.jobs, db_now = data.rows, data.calls, data.db_now
         now = self.lapp.db_time() or db_now
         for side_effect, _title in GROUPS:
             table = self.query_one(f"#group-{side_effect}", DataTable)

@@ -131,14 +131,19 @@ class PollingScreen(Screen[None]):
     def action_approve_retry(self) -> None:
         self._open_action("approve_retry")
 
+    def actions_allowed(self) -> bool:
+        """False (and says why) on a read-only session, an unreachable database or stale data."""
+        refusal = self.lapp.why_no_actions()
+        if refusal:
+            self.app.notify(refusal, title="Not allowed", severity="error")
+        return refusal is None
+
     def _open_action(self, action: str) -> None:
         job = self.selected_job()
         if job is None:
             self.app.notify("Select a call first.", severity="warning")
             return
-        refusal = self.lapp.why_no_actions()
-        if refusal:
-            self.app.notify(refusal, title="Not allowed", severity="error")
+        if not self.actions_allowed():
             return
         problem = action_not_possible(action, job)
         if problem:

@@ -15,11 +15,9 @@ from console.db import reads
 from console.db.connect import Conn
 from console.errors import BadInput
 from console.models import JobSummary
-from console.tui.screens.base import PollingScreen
-from console.tui.screens.detail import DetailScreen
+from console.tui.screens.calllist import CallListScreen
 from console.tui.widgets.calltable import CallTable
 from console.tui.widgets.filterbar import FilterBar
-from console.tui.widgets.livetable import LiveTable
 from console.tui.widgets.status import TopChrome
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
@@ -31,7 +29,7 @@ COLUMNS = [
 ]
 
 
-class CallsScreen(PollingScreen):
+class CallsScreen(CallListScreen):
     CSS_PATH = "calls.tcss"
     AUTO_FOCUS = "#calls"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -86,20 +84,6 @@ class CallsScreen(PollingScreen):
         else:
             text.append(" · / to filter")
         self.query_one("#calls-info", Static).update(text)
-
-    def tick(self, now: datetime) -> None:
-        self.query_one(CallTable).tick(now)
-
-    def selected_job(self) -> JobSummary | None:
-        return self.query_one(CallTable).selected
-
-    def action_open_call(self) -> None:
-        job = self.selected_job()
-        if job is not None:
-            self.app.push_screen(DetailScreen(job.id))
-
-    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
-        self.action_open_call()
 
     # ------------------------------------------------------------------ paging and filter
     def action_next_page(self) -> None:

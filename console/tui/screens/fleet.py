@@ -248,9 +248,7 @@ class FleetScreen(PollingScreen):
         if agent is None:
             self.app.notify("Select an agent first.", severity="warning")
             return
-        refusal = self.lapp.why_no_actions()
-        if refusal:
-            self.app.notify(refusal, title="Not allowed", severity="error")
+        if not self.actions_allowed():
             return
         if agent.state != "running":
             self.app.notify(f"{agent.id} is {agent.state}: its subtree is already shutting down or stopped.",

@@ -14,12 +14,10 @@ from console.db import reads
 from console.db.connect import Conn
 from console.models import JobSummary, TriageSnapshot
 from console.tui.cells import plain
-from console.tui.screens.base import PollingScreen
-from console.tui.screens.detail import DetailScreen
+from console.tui.screens.calllist import CallListScreen
 from console.tui.widgets.calltable import CallTable
 from console.tui.widgets.counts import CountsStrip
 from console.tui.widgets.filterbar import FilterBar
-from console.tui.widgets.livetable import LiveTable
 from console.tui.widgets.status import TopChrome
 
 COLUMNS = [
@@ -29,7 +27,7 @@ COLUMNS = [
 ]
 
 
-class TriageScreen(PollingScreen):
+class TriageScreen(CallListScreen):
     CSS_PATH = "triage.tcss"
     AUTO_FOCUS = "#attention"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -103,20 +101,6 @@ class TriageScreen(PollingScreen):
         haystack = " ".join(str(v) for v in (job.id, job.tool, job.state, job.owner_id, job.health,
                                               job.agent_id, job.idempotency_key, job.side_effect))
         return all(word.lower() in haystack.lower() for word in self.text_filter.split())
-
-    def tick(self, now: datetime) -> None:
-        self.query_one(CallTable).tick(now)
-
-    def selected_job(self) -> JobSummary | None:
-        return self.query_one(CallTable).selected
-
-    def action_open_call(self) -> None:
-        job = self.selected_job()
-        if job is not None:
-            self.app.push_screen(DetailScreen(job.id))
-
-    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
-        self.action_open_call()
 
     def action_filter(self) -> None:
         self.query_one(FilterBar).open(self.text_filter)
