@@ -132,6 +132,12 @@ async def test_a_finished_shutdown_shows_the_unaccounted_agent_first_and_opens_i
         await pilot.press("4")
         await settle(pilot, lambda: "UNACCOUNTED" in screen_text(app))
         assert "NEVER" in screen_text(app), "the silent sandbox never confirmed"
+        await pilot.press("tab")  # to the shutdowns; the pane follows
+        await settle(pilot, lambda: "asked by" in screen_text(app))
+        await pilot.press("enter")
+        await settle(pilot, lambda: "Agents that confirmed" in screen_text(app))
+        await pilot.press("escape")
+        await settle(pilot, lambda: "Agents that confirmed" not in screen_text(app))
         await pilot.press("5")
         await settle(pilot, lambda: "abort of code-1" in screen_text(app))
         await pilot.press("enter")

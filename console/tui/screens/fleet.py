@@ -53,7 +53,7 @@ class FleetScreen(PollingScreen):
         Binding("x", "abort", "Abort subtree", tooltip="Abort the selected agent's subtree (reason, window)"),
         Binding("enter", "open_record", "Open record",
                 tooltip="On a finished shutdown: its reconciliation record"),
-        Binding("tab", "app.focus_next", "Next table", show=False, tooltip="Agents ↔ shutdowns"),
+        Binding("tab", "switch_table", "Next table", show=False, tooltip="Agents ↔ shutdowns"),
     ]
 
     def __init__(self) -> None:
@@ -159,6 +159,13 @@ class FleetScreen(PollingScreen):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._describe()
+
+    def action_switch_table(self) -> None:
+        agents, shutdowns = self.query_one("#agents", DataTable), self.query_one("#shutdowns", DataTable)
+        (agents if self.focused is shutdowns else shutdowns).focus()
+
+    def on_descendant_focus(self) -> None:
+        self._describe()  # the pane follows the table in focus: an agent, or a shutdown
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "shutdowns":
