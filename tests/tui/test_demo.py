@@ -86,6 +86,13 @@ def test_demo_drain_of_the_planner_tree_ends_with_the_silent_sandbox_unaccounted
                 record = conn.execute("select * from reconciliation_records").fetchone()
                 time.sleep(0.3)
             assert record is not None, "the demo's supervisor wrote the record"
+            # the shutdown turns terminated just after its record, and the demo's agents notice within
+            # one beat (0.5 s at this tempo): wait for the new generation rather than race it
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                if conn.execute("select 1 from agents where id = 'planner-2'").fetchone():
+                    break
+                time.sleep(0.2)
             # a call enqueued while the supervisor's drain step was still uncommitted is legitimately
             # in flight (and reconciled); once that step has committed (well within 2 seconds) none is
             tree = "('planner-1', 'retrieval-1', 'code-1', 'sandbox-1', 'review-1')"
