@@ -94,6 +94,7 @@ def migrate(dsn: DsnOption = None) -> None:
 def doctor(dsn: DsnOption = None) -> None:
     """Check connection, schema version, roles, triggers and tool lease sizing; say what to fix."""
     from console.doctor import diagnose
+    from console.health import counted
 
     checks = diagnose(resolve_dsn(dsn))
     table = Table(show_header=True, header_style="bold", expand=False)
@@ -108,7 +109,7 @@ def doctor(dsn: DsnOption = None) -> None:
     out.print(table)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
-        err.print(f"[bold red]{len(failed)} check(s) failed[/]")
+        err.print(f"[bold red]{counted(len(failed), 'check')} failed[/]")
         raise typer.Exit(1)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from console.health import format_seconds
+from console.health import counted, format_seconds
 from console.models import FleetAgent, HeldGrant, Shutdown
 
 AGENT_STATE_STYLE = {
@@ -74,7 +74,7 @@ def shutdown_phase(s: Shutdown, now: datetime | None = None) -> str:
         return "requested · waiting for the supervisor (`leasectl supervise`)"
     if s.state == "terminated":
         if s.unaccounted:
-            return f"terminated · {s.unaccounted} agent(s) UNACCOUNTED"
+            return f"terminated · {counted(s.unaccounted, 'agent')} UNACCOUNTED"
         return "terminated · every agent confirmed"
     window = seconds(s.phase_window_seconds or s.window_seconds)
     left = window_left(s, now)

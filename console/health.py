@@ -87,6 +87,11 @@ def deadline_urgency(left: float | None) -> Urgency:
     return "ok"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 agent', '3 agents': at 02:00 nobody should have to parse 'agent(s)'."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
     """Compact ages for tables: 4s, 2m05s, 3h12m, 2d4h; negative as '-4s' (or 'expired 4s ago')."""
     if seconds is None:

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from console.config import SessionLimits
 from console.db.connect import Conn, connect, run, run_one
 from console.errors import DatabaseUnavailable, LeasectlError
+from console.health import counted
 
 log = logging.getLogger("leasectl.supervisor")
 
@@ -94,22 +95,22 @@ def _step(conn: Conn, s: dict[str, Any], supervisor_id: str, report: TickReport)
     moved = run(conn, "supervisor/subtree_agents_to", root_agent_id=root,
                 state_to="aborting" if state == "aborting" else "draining")
     if moved:
-        note(f"{len(moved)} agent(s) now {moved[0]['state']}")
+        note(f"{counted(len(moved), 'agent')} now {moved[0]['state']}")
     if state == "reconciling":
         run(conn, "supervisor/subtree_agents_to", root_agent_id=root, state_to="reconciling")
 
     never = run(conn, "supervisor/subtree_cancel_queued", root_agent_id=root, shutdown_id=sid)
     if never:
-        note(f"{len(never)} queued call(s) cancelled before they started")
+        note(f"{counted(len(never), 'queued call')} cancelled before they started")
     if state == "aborting":
         asked = run(conn, "supervisor/subtree_request_cancel", root_agent_id=root, shutdown_id=sid)
         if asked:
-            note(f"cancel requested of {len(asked)} running call(s); each must be confirmed by its worker")
+            note(f"cancel requested of {counted(len(asked), 'running call')}; each must be confirmed by its worker")
     if state == "reconciling" or (state == "aborting" and s["window_over"]):
         fenced = run(conn, "supervisor/subtree_fence_unconfirmed", root_agent_id=root, shutdown_id=sid)
         unknown = sum(1 for f in fenced if f["state_to"] == "outcome_unknown")
         if fenced:
-            note(f"window over: {len(fenced) - unknown} unconfirmed call(s) fenced and cancelled"
+            note(f"window over: {counted(len(fenced) - unknown, 'unconfirmed call')} fenced and cancelled"
                  + (f", {unknown} outcome unknown (approvals)" if unknown else ""))
 
     status = run_one(conn, "supervisor/subtree_status", root_agent_id=root)
@@ -119,22 +120,22 @@ def _step(conn: Conn, s: dict[str, Any], supervisor_id: str, report: TickReport)
         if live == 0:
             return _move(conn, s, "reconciling", note)
         if s["window_over"]:
-            note(f"window over with {live} call(s) still running: aborting them")
+            note(f"window over with {counted(live, 'call')} still running: aborting them")
             return _move(conn, s, "aborting", note)
-        report.waiting.append(f"{label}: draining, {live} call(s) may still finish within the window")
+        report.waiting.append(f"{label}: draining, {counted(live, 'call')} may still finish within the window")
         return False
     if state == "aborting":
         if live == 0:
             return _move(conn, s, "reconciling", note)
-        report.waiting.append(f"{label}: aborting, {live} cancel(s) not yet confirmed by their workers")
+        report.waiting.append(f"{label}: aborting, {counted(live, 'cancel')} not yet confirmed by their workers")
         return False
 
     # reconciling: the record is written only when nothing of the subtree can still change
     if live:  # rows locked by someone else: the next tick finishes them
-        report.waiting.append(f"{label}: reconciling, {live} call(s) locked by another session")
+        report.waiting.append(f"{label}: reconciling, {counted(live, 'call')} locked by another session")
         return False
     if status["unconfirmed"] and not s["window_over"]:  # agents may still confirm within the window
-        report.waiting.append(f"{label}: reconciling, {status['unconfirmed']} of {status['agents']} agent(s) "
+        report.waiting.append(f"{label}: reconciling, {status['unconfirmed']} of {counted(status['agents'], 'agent')} "
                               "have not confirmed they stopped")
         return False
     revoked = run(conn, "supervisor/subtree_revoke_grants", root_agent_id=root)
@@ -142,9 +143,9 @@ def _step(conn: Conn, s: dict[str, Any], supervisor_id: str, report: TickReport)
     if record is not None:
         report.records.append(record["id"])
         unaccounted = len(record["children_unaccounted"])
-        children = (f"{unaccounted} agent(s) UNACCOUNTED" if unaccounted
-                    else f"all {len(record['children_confirmed'])} agent(s) confirmed")
-        note(f"reconciled: {len(record['in_flight'])} call(s), {len(revoked)} grant(s) revoked, "
+        children = (f"{counted(unaccounted, 'agent')} UNACCOUNTED" if unaccounted
+                    else f"all {counted(len(record['children_confirmed']), 'agent')} confirmed")
+        note(f"reconciled: {counted(len(record['in_flight']), 'call')}, {counted(len(revoked), 'grant')} revoked, "
              f"{len(record['grants_expired'])} expired; {children}")
     run(conn, "supervisor/subtree_agents_to", root_agent_id=root, state_to="terminated")
     return _move(conn, s, "terminated", note)

@@ -43,6 +43,7 @@ def write_crash_log(error: BaseException | None) -> Path:
     return path
 
 
+CRUMB_SEPARATOR = " \N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} "
 SCREEN_TITLES = {"triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals", "fleet": "4 Fleet",
                  "reconciliations": "5 Reconciliations"}
 
@@ -192,7 +193,7 @@ class LeasectlApp(App[None]):
         screen = self.screen
         for bar in screen.query(StatusBar):
             bar.render_status(
-                screen=SCREEN_TITLES.get(self.current_mode or "", ""),
+                screen=self.screen_title(),
                 database=self.session.display_name,
                 operator=self.session.operator,
                 read_only=self.session.read_only_reason,
@@ -203,6 +204,11 @@ class LeasectlApp(App[None]):
             )
         for banner in screen.query(TroubleBanner):
             banner.show_trouble(self.trouble_message())
+
+    def screen_title(self) -> str:
+        title = SCREEN_TITLES.get(self.current_mode or "", "")
+        crumbs = [crumb for s in self.screen_stack if (crumb := getattr(s, "crumb", None))]
+        return CRUMB_SEPARATOR.join([title, *crumbs])
 
     def trouble_message(self) -> str | None:
         if self.trouble is None:

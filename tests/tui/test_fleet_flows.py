@@ -55,8 +55,8 @@ async def test_drain_from_the_console_is_requested_and_journaled(fleet):
         await pilot.press("d")
         await settle(pilot, lambda: "What will change" in screen_text(app))
         text = screen_text(app)
-        assert "Drain the subtree of code-1" in text and "2 agent(s)" in text
-        assert "1 running call(s) get the window" in text and "1 live grant(s)" in text
+        assert "Drain the subtree of code-1" in text and "2 agents" in text
+        assert "The window lets 1 running call finish" in text and "1 live grant" in text
         assert "queries/operator/request_shutdown.sql" in text and "code-1 is still running" in text
         await type_text(pilot, "moving to the new cluster")
         await pilot.press("enter")  # on to the window
@@ -143,7 +143,7 @@ async def test_a_finished_shutdown_shows_the_unaccounted_agent_first_and_opens_i
         await pilot.press("enter")
         await settle(pilot, lambda: "Agents that confirmed" in screen_text(app))
         text = screen_text(app)
-        assert text.index("1 AGENT(S) UNACCOUNTED") < text.index("In-flight calls")
+        assert text.index("1 AGENT UNACCOUNTED") < text.index("In-flight calls")
         assert "sandbox-1" in text and "cancel unconfirmed" in text and "revoked by control-plane" in text
         await pilot.press("enter")
         await settle(pilot, lambda: "Ownership" in screen_text(app) or str(e["id"]) in screen_text(app))

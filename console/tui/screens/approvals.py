@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from console.db import reads
 from console.db.connect import Conn
-from console.health import format_seconds, sanitize
+from console.health import counted, format_seconds, sanitize
 from console.models import ApprovalQueue, ApprovalRow, JobSummary
 from console.tui.cells import plain, selected_row_key
 from console.tui.screens.base import PollingScreen
@@ -147,7 +147,7 @@ class ApprovalsScreen(PollingScreen):
         line("agent", f"{row.agent_id or '—'} (may not approve)")
         line("session / model", f"{row.session_id or '—'} / {row.model or '—'}")
         line("error", sanitize(json.dumps(row.error, ensure_ascii=False)) if row.error else "—", "red")
-        line("same key stem", f"{row.related_calls} other call(s); enter shows them")
+        line("same key stem", f"{counted(row.related_calls, 'other call')}; enter shows them")
         advice = ("Nobody can ask this receiver what happened. Approve a retry only if you have checked "
                   "outside that the first request did NOT take effect; otherwise mark it succeeded or failed."
                   if row.side_effect == "mutating_unverifiable" else

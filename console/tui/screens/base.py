@@ -29,6 +29,9 @@ class PollingScreen(Screen[None]):
     """Subclasses implement `load(conn)` (worker thread) and `show(data)` (UI thread)."""
 
     poll_seconds: float | None = None  # None: the app's interval
+    # Where a pushed screen sits under its mode ("call 1a2b3c4d"): the header shows "1 Triage > call
+    # 1a2b3c4d", so nobody mistakes a call's detail for the list it was opened from.
+    crumb: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -55,6 +55,7 @@ class DetailScreen(PollingScreen):
     def __init__(self, job_id: uuid.UUID) -> None:
         super().__init__()
         self.job_id = job_id
+        self.crumb = f"call {str(job_id)[:8]}"
         self.detail: CallDetail | None = None
         self.reveal = False
 

@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, Label, Static
 from console.db import reads
 from console.db.connect import Conn
 from console.fleet_words import AGENT_STATE_STYLE, grant_words, shutdown_phase, stopped_label, tree_prefixes
-from console.health import format_seconds, sanitize
+from console.health import counted, format_seconds, sanitize
 from console.models import FleetAgent, FleetSnapshot, Shutdown, ShutdownMode
 from console.tui.cells import plain, selected_row_key
 from console.tui.screens.base import PollingScreen
@@ -212,10 +212,10 @@ class FleetScreen(PollingScreen):
             line("shutdown", f"{under_way.mode} of {under_way.root_agent_id}: "
                              f"{shutdown_phase(under_way, self.lapp.db_time())}", "bold yellow")
         subtree_text = Text()
-        subtree_text.append(f"\nSubtree: {len(tree)} agent(s), ", style="bold")
-        subtree_text.append(f"{sum(a.running_calls for a in tree)} running call(s), "
+        subtree_text.append(f"\nSubtree: {counted(len(tree), 'agent')}, ", style="bold")
+        subtree_text.append(f"{counted(sum(a.running_calls for a in tree), 'running call')}, "
                             f"{sum(a.queued_calls for a in tree)} queued, "
-                            f"{sum(a.live_grants for a in tree)} live grant(s).")
+                            f"{counted(sum(a.live_grants for a in tree), 'live grant')}.")
         if agent.state == "running" and under_way is None:
             subtree_text.append("\nd drains it (calls finish in a window), x aborts it (cancel now).", style="dim")
         pane.update(Group(grid, subtree_text))
@@ -238,7 +238,7 @@ class FleetScreen(PollingScreen):
         if s.record_id is None:
             after = Text("\nNo reconciliation record yet: nothing is terminated before it is written.", style="dim")
         elif s.unaccounted:
-            after = Text(f"\n{s.unaccounted} agent(s) UNACCOUNTED — enter opens the record.", style="bold red")
+            after = Text(f"\n{counted(s.unaccounted, 'agent')} UNACCOUNTED — enter opens the record.", style="bold red")
         else:
             after = Text("\nEvery agent confirmed it stopped — enter opens the record.", style="green")
         return Group(grid, after)

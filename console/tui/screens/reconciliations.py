@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Label, Static
 from console.db import reads
 from console.db.connect import Conn
 from console.fleet_words import RESOLUTION_MEANING, RESOLUTION_STYLE
-from console.health import format_seconds, sanitize
+from console.health import counted, format_seconds, sanitize
 from console.models import ChildEntry, GrantEntry, ReconciliationRecord
 from console.tui.cells import plain, selected_row_key
 from console.tui.screens.base import PollingScreen
@@ -46,7 +46,7 @@ def unaccounted_block(record: ReconciliationRecord) -> Text:
     if not record.children_unaccounted:
         text.append("Every agent of the subtree confirmed it stopped.", style="bold green")
         return text
-    text.append(f"{len(record.children_unaccounted)} AGENT(S) UNACCOUNTED", style="bold white on red")
+    text.append(counted(len(record.children_unaccounted), "AGENT").upper() + " UNACCOUNTED", style="bold white on red")
     text.append(" — they never confirmed they stopped. Every live grant of the subtree was revoked by the "
                 "control plane, but whatever they started outside may still be running.\n", style="bold red")
     for child in record.children_unaccounted:
@@ -149,8 +149,8 @@ class ReconciliationsScreen(PollingScreen):
         head.append(f"{record.mode} of {sanitize(record.root_agent_id)}\n", style="bold")
         head.append(f"asked by {sanitize(record.requested_by)}: {sanitize(record.reason)}\n")
         head.append(f"written by {sanitize(record.written_by)} at {_at(record.written_at)}\n\n", style="dim")
-        tail = Text(f"\n{len(record.grants_revoked)} grant(s) revoked, {len(record.grants_expired)} already "
-                    f"expired; {len(record.children_confirmed)} agent(s) confirmed.\nenter opens the record.",
+        tail = Text(f"\n{counted(len(record.grants_revoked), 'grant')} revoked, {len(record.grants_expired)} already "
+                    f"expired; {counted(len(record.children_confirmed), 'agent')} confirmed.\nenter opens the record.",
                     style="dim")
         pane.update(Group(head, unaccounted_block(record), Text(""), resolved, tail))
 
@@ -176,6 +176,7 @@ class RecordScreen(PollingScreen):
     def __init__(self, record_id: uuid.UUID) -> None:
         super().__init__()
         self.record_id = record_id
+        self.crumb = f"record {str(record_id)[:8]}"
         self.record: ReconciliationRecord | None = None
 
     def compose(self) -> ComposeResult:

@@ -15,7 +15,7 @@ from textual.widgets import Input, Label
 from console.db import actions
 from console.db.connect import Conn
 from console.fleet_words import seconds
-from console.health import sanitize
+from console.health import counted, sanitize
 from console.models import FleetAgent, ShutdownMode, ShutdownRequested, ShutdownResult
 from console.tui.screens.action import GuardedDialog
 
@@ -51,7 +51,7 @@ class ShutdownDialog(GuardedDialog):
         title = Text()
         title.append(f"{'Drain' if self.mode == 'drain' else 'Abort'} the subtree of ", style="bold")
         title.append(sanitize(self.root.id), style="bold")
-        title.append(f"  {len(self.subtree_agents)} agent(s)", style="dim")
+        title.append(f"  {counted(len(self.subtree_agents), 'agent')}", style="dim")
         return title
 
     def what_changes(self) -> Text:
@@ -62,15 +62,15 @@ class ShutdownDialog(GuardedDialog):
         names = ", ".join(sanitize(a.id) for a in shown) + (" …" if len(self.subtree_agents) > len(shown) else "")
         text = Text()
         text.append("What will change: ", style="bold")
-        text.append(f"{names} stop taking new calls; {queued} queued call(s) are cancelled before they start. ")
+        text.append(f"{names} stop taking new calls; {counted(queued, 'queued call')} cancelled before starting. ")
         if self.mode == "drain":
-            text.append(f"{running} running call(s) get the window to finish; ")
+            text.append(f"The window lets {counted(running, 'running call')} finish; ")
             text.append("what still runs at its end is aborted.", style="bold yellow")
         else:
-            text.append(f"{running} running call(s) get cancel requested ", style="bold yellow")
+            text.append(f"{counted(running, 'running call')}: cancel requested ", style="bold yellow")
             text.append("(NOT stopped: each worker must confirm); what is unconfirmed at the end of the window "
                         "is fenced out, and an unverifiable side effect goes to approvals.")
-        text.append(f" Then the control plane revokes {grants} live grant(s) and writes the reconciliation "
+        text.append(f" Then the control plane revokes {counted(grants, 'live grant')} and writes the reconciliation "
                     "record; agents that never confirm are listed UNACCOUNTED. Nothing happens until "
                     "`leasectl supervise` runs.")
         return text
