@@ -190,8 +190,11 @@ class LeasectlApp(App[None]):
 
     # ------------------------------------------------------------------ status
     def refresh_status(self) -> None:
-        screen = self.screen
-        for bar in screen.query(StatusBar):
+        # every screen of the stack: a modal dialog leaves the one below visible, and its clock
+        # and freshness must keep ticking while the operator types a reason
+        bars = [bar for screen in self.screen_stack for bar in screen.query(StatusBar)]
+        banners = [banner for screen in self.screen_stack for banner in screen.query(TroubleBanner)]
+        for bar in bars:
             bar.render_status(
                 screen=self.screen_title(),
                 database=self.session.display_name,
@@ -202,7 +205,7 @@ class LeasectlApp(App[None]):
                 stale=self.stale,
                 listening=self.listening,
             )
-        for banner in screen.query(TroubleBanner):
+        for banner in banners:
             banner.show_trouble(self.trouble_message())
 
     def screen_title(self) -> str:
