@@ -4,7 +4,8 @@
 --   the last five minutes (a zombie worker is still out there).
 --   Cost follows the live calls, not the history: live calls come from the partial index on
 --   live states, rejections from the partial index on recent rejected writes, failures from the
---   partial index on failed calls; tool cutoffs and the clock are computed once per query.
+--   partial index on failed calls; tool cutoffs and the clock are computed once per query, and
+--   the clock travels with the cutoffs rather than being joined to every live row once more.
 --   Each row carries the counts; with nothing to show, one row of counts with a null id.
 -- Zero rows: never.
 -- Parameters: limit
@@ -12,7 +13,7 @@ with clock as materialized (
     select leasectl_now() as now
 ),
 cutoffs as materialized (
-    select c.* from clock, leasectl_tool_cutoffs(clock.now) c
+    select c.*, clock.now from clock, leasectl_tool_cutoffs(clock.now) c
 ),
 rejected as materialized (
     select distinct job_id
@@ -26,20 +27,23 @@ live as materialized (
            j.cancel_requested_at, j.side_effect_started_at,
            leasectl_job_health(j.state, j.lease_until, j.heartbeat_at, j.cancel_requested_at,
                                j.claimed_at, k.late_before, k.unheard_before, k.stage_before,
-                               j.recently_rejected, clock.now) as health
+                               j.recently_rejected, k.now) as health
     from (
-        -- "in (select ...)" is one hashed lookup per row
-        select j.*, j.id in (select job_id from rejected) as recently_rejected
+        -- "in (select ...)" is one hashed lookup per row; only the columns health and order need
+        -- (j.* deforms every row up to its last column: measurably slower over 10,000 live calls)
+        select j.id, j.tool, j.state, j.created_at, j.claimed_at, j.lease_until, j.heartbeat_at,
+               j.cancel_requested_at, j.side_effect_started_at,
+               j.id in (select job_id from rejected) as recently_rejected
         from tool_jobs j
         where j.state in ('running', 'cancel_requested', 'outcome_unknown')
         union all
-        select j.*, true
+        select j.id, j.tool, j.state, j.created_at, j.claimed_at, j.lease_until, j.heartbeat_at,
+               j.cancel_requested_at, j.side_effect_started_at, true
         from rejected r
         join tool_jobs j on j.id = r.job_id
         where j.state not in ('running', 'cancel_requested', 'outcome_unknown')
     ) j
     join cutoffs k on k.tool = j.tool
-    cross join clock
 ),
 counts as (
     select count(*) filter (where state = 'outcome_unknown') as needs_human,
