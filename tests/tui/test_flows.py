@@ -6,6 +6,7 @@ import pytest
 
 from console.config import SessionLimits
 from console.db import reads
+from console.tui.app import CRUMB_SEPARATOR
 from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
 from tests.netproxy import DbProxy
 from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle
@@ -272,3 +273,26 @@ async def test_detail_shows_timeline_and_operator_actions(live):
         assert "report:9:stage:2" in text, "lineage"
         await pilot.press("escape")
         await settle(pilot, lambda: "ownership" not in screen_text(app))
+
+
+async def test_header_names_the_open_call_and_keeps_ticking_under_a_dialog(live):
+    db, conn = live
+    e = enqueue(conn, "search")
+    claim(conn, "w-7")
+    short = str(e["id"])[:8]
+    app = make_app(db.dsn, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await open_call(pilot, short)
+        await pilot.press("enter")
+        await settle(pilot, lambda: f"2 Calls{CRUMB_SEPARATOR}call {short}" in screen_text(app))
+        await pilot.press("c")
+        await settle(pilot, lambda: "What will change" in screen_text(app))
+        header = screen_text(app).splitlines()[0]
+        assert f"call {short}" in header, header
+        # the dialog covers the detail screen; its header is still what the operator sees above it
+        # db time has whole seconds: within 2.5 s it must have moved on
+        await pilot.pause(2.5)
+        later = screen_text(app).splitlines()[0]
+        assert later != header, f"the header froze under the dialog: {later}"
+        await pilot.press("escape")
+    assert job(conn, e["id"])["state"] == "running", "esc changed nothing"
