@@ -101,7 +101,7 @@ def _step(conn: Conn, s: dict[str, Any], supervisor_id: str, report: TickReport)
 
     never = run(conn, "supervisor/subtree_cancel_queued", root_agent_id=root, shutdown_id=sid)
     if never:
-        note(f"{counted(len(never), 'queued call')} cancelled before they started")
+        note(f"{counted(len(never), 'queued call')} cancelled before starting")
     if state == "aborting":
         asked = run(conn, "supervisor/subtree_request_cancel", root_agent_id=root, shutdown_id=sid)
         if asked:

@@ -190,28 +190,27 @@ class LeasectlApp(App[None]):
 
     # ------------------------------------------------------------------ status
     def refresh_status(self) -> None:
-        # every screen of the stack: a modal dialog leaves the one below visible, and its clock
-        # and freshness must keep ticking while the operator types a reason
-        bars = [bar for screen in self.screen_stack for bar in screen.query(StatusBar)]
-        banners = [banner for screen in self.screen_stack for banner in screen.query(TroubleBanner)]
-        for bar in bars:
-            bar.render_status(
-                screen=self.screen_title(),
-                database=self.session.display_name,
-                operator=self.session.operator,
-                read_only=self.session.read_only_reason,
-                db_time=self.db_time(),
-                age=self.data_age(),
-                stale=self.stale,
-                listening=self.listening,
-            )
-        for banner in banners:
-            banner.show_trouble(self.trouble_message())
-
-    def screen_title(self) -> str:
-        title = SCREEN_TITLES.get(self.current_mode or "", "")
-        crumbs = [crumb for s in self.screen_stack if (crumb := getattr(s, "crumb", None))]
-        return CRUMB_SEPARATOR.join([title, *crumbs])
+        # Every screen of the stack: a dialog leaves the one below visible, and its clock must keep
+        # ticking while the operator types a reason. Each header names the path up to its own
+        # screen, so the list under a call's detail never shows that call once the detail is gone.
+        trouble = self.trouble_message()
+        path = [SCREEN_TITLES.get(self.current_mode or "", "")]
+        for screen in self.screen_stack:
+            if crumb := getattr(screen, "crumb", None):
+                path.append(crumb)
+            for bar in screen.query(StatusBar):
+                bar.render_status(
+                    screen=CRUMB_SEPARATOR.join(path),
+                    database=self.session.display_name,
+                    operator=self.session.operator,
+                    read_only=self.session.read_only_reason,
+                    db_time=self.db_time(),
+                    age=self.data_age(),
+                    stale=self.stale,
+                    listening=self.listening,
+                )
+            for banner in screen.query(TroubleBanner):
+                banner.show_trouble(trouble)
 
     def trouble_message(self) -> str | None:
         if self.trouble is None:

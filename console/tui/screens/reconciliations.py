@@ -46,11 +46,9 @@ def unaccounted_block(record: ReconciliationRecord) -> Text:
     if not record.children_unaccounted:
         text.append("Every agent of the subtree confirmed it stopped.", style="bold green")
         return text
-    text.append(counted(len(record.children_unaccounted), "AGENT").upper() + " UNACCOUNTED", style="bold white on red")
-    one = len(record.children_unaccounted) == 1
-    text.append(f" — {'it' if one else 'they'} never confirmed stopping. Every live grant of the subtree was "
-                f"revoked by the control plane, but whatever {'it' if one else 'they'} started outside may still "
-                "be running.\n", style="bold red")
+    text.append(f"{counted(len(record.children_unaccounted), 'agent').upper()} UNACCOUNTED", style="bold white on red")
+    text.append(" — no confirmation of stopping. Every live grant of the subtree was revoked by the control "
+                "plane, but what was started outside may still be running.\n", style="bold red")
     for child in record.children_unaccounted:
         text.append(f"  {sanitize(child.agent_id)}", style="bold red")
         seen = _at(child.last_seen_at) if child.last_seen_at else "never"
