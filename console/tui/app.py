@@ -16,6 +16,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -234,7 +235,12 @@ class LeasectlApp(App[None]):
             for screen in self.screen_stack:
                 # only a screen that has shown data has the widgets a tick updates
                 if isinstance(screen, PollingScreen) and screen.loaded_once:
-                    screen.tick(now)
+                    try:
+                        screen.tick(now)
+                    except NoMatches:
+                        # a screen being torn down (quit, or popped) loses its widgets before it
+                        # leaves the stack; a tick in between has nothing to update
+                        continue
         self.refresh_status()
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",

@@ -28,3 +28,19 @@ async def test_a_crash_prints_one_line_and_writes_a_log(db, monkeypatch, tmp_pat
     assert "secret-dsn" not in shown and "Traceback" not in shown
     logs = list((tmp_path / "logs").glob("crash-*.log"))
     assert logs and "secret-dsn-password-should-not-show" in logs[0].read_text()
+
+
+async def test_a_tick_during_teardown_is_not_a_crash(db):
+    """Quitting removes a screen's widgets before the screen leaves the stack; the once-a-second
+    tick can land in between (it did, in CI: NoMatches on 'CallTable' at exit)."""
+    from console.tui.pictures import settle
+    from console.tui.widgets.calltable import CallTable
+
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, TriageScreen) and screen.loaded_once
+        await screen.query_one(CallTable).remove()  # what teardown does first
+        app.tick()
+        assert app.screen is screen
