@@ -59,7 +59,7 @@ class Server:
 
 
 def _start_embedded(base: Path) -> tuple[str, object]:
-    from console.embedded import start_server
+    from console.demo.embedded import start_server
 
     server = start_server(base / "pgdata", cleanup_mode="delete")
     return server.get_uri(), server

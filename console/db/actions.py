@@ -12,9 +12,9 @@ import uuid
 
 from console.db.connect import Conn, run, run_one
 from console.db.reads import job, shutdown
-from console.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
-from console.health import sanitize
-from console.models import (
+from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
+from console.shared.health import sanitize
+from console.shared.models import (
     Action,
     ActionResult,
     Applied,

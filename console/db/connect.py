@@ -10,9 +10,9 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
 
-from console.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
 from console.db import sql
-from console.errors import (
+from console.shared.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
+from console.shared.errors import (
     BadInput,
     DatabaseUnavailable,
     LeasectlError,

@@ -16,7 +16,7 @@ import psycopg
 
 from console.db import sql
 from console.db.connect import Conn, execute_script, run, run_one
-from console.errors import SchemaError
+from console.shared.errors import SchemaError
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

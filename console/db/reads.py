@@ -9,9 +9,9 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from console.db.connect import Conn, run, run_one
-from console.errors import BadInput
-from console.health import id_range, sanitize
-from console.models import (
+from console.shared.errors import BadInput
+from console.shared.health import id_range, sanitize
+from console.shared.models import (
     ApprovalQueue,
     ApprovalRow,
     Counts,

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from console.config import CONSOLE_LIMITS, SessionLimits
 from console.db.connect import Conn, connect, run, run_one
 from console.db.migrate import check_compatible
 from console.db.reads import db_info
-from console.errors import DatabaseUnavailable, LeasectlError, ReadOnlySession
-from console.models import DbInfo
+from console.shared.config import CONSOLE_LIMITS, SessionLimits
+from console.shared.errors import DatabaseUnavailable, LeasectlError, ReadOnlySession
+from console.shared.models import DbInfo
 
 T = TypeVar("T")
 log = logging.getLogger("leasectl.session")

@@ -12,10 +12,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from console.errors import LeasectlError
+from console.shared.errors import LeasectlError
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -26,16 +27,24 @@ class QueryError(LeasectlError):
     """A query file is missing, or was called with the wrong parameters."""
 
 
-def project_root() -> Path:
-    return Path(__file__).resolve().parent.parent.parent
+def _contract_dir(name: str) -> Path:
+    """`queries/` or `migrations/`, found through the package's resources: inside the installed
+    package (the wheel maps the top-level folders to console/queries and console/migrations), or,
+    run from a checkout, beside the package, where they live once for psql and every language."""
+    package = resources.files("console")
+    for candidate in (package / name, package / ".." / name):
+        if candidate.is_dir():
+            return Path(str(candidate)).resolve()
+    raise QueryError(f"leasectl's {name}/ folder is missing from {package}",
+                     hint="reinstall leasectl: the wheel carries queries/ and migrations/")
 
 
 def queries_dir() -> Path:
-    return Path(os.environ.get("LEASECTL_QUERIES_DIR") or project_root() / "queries")
+    return Path(os.environ.get("LEASECTL_QUERIES_DIR") or _contract_dir("queries"))
 
 
 def migrations_dir() -> Path:
-    return Path(os.environ.get("LEASECTL_MIGRATIONS_DIR") or project_root() / "migrations")
+    return Path(os.environ.get("LEASECTL_MIGRATIONS_DIR") or _contract_dir("migrations"))
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from console.config import SessionLimits
 from console.db import actions
 from console.db.connect import Conn, connect, run, run_one
 from console.demo.tools import DEMO_TOOLS
-from console.errors import LeasectlError, RowLocked
-from console.receiver import FencedReceiver, StaleFence
+from console.shared.config import SessionLimits
+from console.shared.errors import LeasectlError, RowLocked
 from console.worker import CallContext, ToolFailed, ToolNoAnswer, Worker
+from console.worker.receiver import FencedReceiver, StaleFence
 
 log = logging.getLogger("leasectl.demo")
 
@@ -378,7 +378,7 @@ class Fleet:
     def _supervise(self) -> None:
         """`leasectl supervise` in a thread: the expired-lease sweep and every shutdown requested
         from the console (drain, abort, reconciliation record)."""
-        from console.supervisor import Supervisor, TickReport
+        from console.control.supervisor import Supervisor, TickReport
 
         def tell(report: TickReport) -> None:
             for line in report.notes + report.failures:

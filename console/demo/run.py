@@ -17,7 +17,7 @@ from psycopg.conninfo import make_conninfo
 from console.db.connect import connect, run, run_one
 from console.db.migrate import migrate
 from console.demo.fleet import Fleet
-from console.errors import BadInput
+from console.shared.errors import BadInput
 
 
 def default_data_dir() -> Path:
@@ -40,7 +40,7 @@ def prepare_database(options: DemoOptions, say: Callable[[str], None]) -> tuple[
     """The DSN of a migrated demo database (and the embedded server that holds it, if any)."""
     if options.dsn:
         return options.dsn, None
-    from console.embedded import clients, start_server, stop_orphan
+    from console.demo.embedded import clients, start_server, stop_orphan
 
     pgdata = options.data_dir / "pgdata"
     if options.reset and options.data_dir.exists():

@@ -51,7 +51,7 @@ def bench_server(dsn: str | None) -> Iterator[BenchServer]:
     tmp = None
     server = None
     if not dsn:
-        from console.embedded import start_server
+        from console.demo.embedded import start_server
 
         tmp = Path(tempfile.mkdtemp(prefix="leasectl-bench-"))
         server = start_server(tmp / "pgdata", cleanup_mode="delete")

@@ -48,7 +48,7 @@ def seeded(server: BenchServer, history: int, active: int) -> str:
 
 
 def _long():  # type: ignore[no-untyped-def]
-    from console.config import SessionLimits
+    from console.shared.config import SessionLimits
 
     return SessionLimits(statement_timeout_ms=0, lock_timeout_ms=0, idle_in_transaction_ms=0)
 
@@ -75,9 +75,9 @@ def triage_timings(dsn: str, runs: int) -> list[float]:
 
 async def notify_latencies(dsn: str, samples: int) -> list[float]:
     from console.db.session import ConsoleSession
-    from console.tui.app import LeasectlApp
-    from console.tui.pictures import settle
-    from console.tui.widgets.calltable import CallTable
+    from console.operator.tui.app import LeasectlApp
+    from console.operator.tui.pictures import settle
+    from console.operator.tui.widgets.calltable import CallTable
 
     with connect(dsn) as conn:
         targets = [r["id"] for r in conn.execute(
@@ -112,9 +112,9 @@ async def table_refresh_timings(rows: int, runs: int) -> tuple[float, list[float
     """(first fill, sync times, frame times over an idle frame, the idle frame itself), in ms."""
     from textual.app import App, ComposeResult
 
-    from console.models import JobSummary
-    from console.tui.screens.calls import COLUMNS
-    from console.tui.widgets.calltable import CallTable
+    from console.operator.tui.screens.calls import COLUMNS
+    from console.operator.tui.widgets.calltable import CallTable
+    from console.shared.models import JobSummary
 
     now = datetime.now(UTC)
 
@@ -162,8 +162,8 @@ async def table_refresh_timings(rows: int, runs: int) -> tuple[float, list[float
 MEMORY_PROBE = """
 import asyncio, sys
 from console.db.session import ConsoleSession
-from console.tui.app import LeasectlApp
-from console.tui.pictures import settle
+from console.operator.tui.app import LeasectlApp
+from console.operator.tui.pictures import settle
 async def main():
     app = LeasectlApp(ConsoleSession(sys.argv[1], operator="bench"), listen=True)
     async with app.run_test(size=(140, 45)) as pilot:

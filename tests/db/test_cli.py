@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from console.cli import app
+from console.operator.cli import app
 from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
 
 

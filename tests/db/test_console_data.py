@@ -6,8 +6,8 @@ import pytest
 
 from console.db import actions, reads
 from console.db.session import ConsoleSession
-from console.errors import BadInput, ReadOnlySession, RowLocked
-from console.models import Applied, Refused
+from console.shared.errors import BadInput, ReadOnlySession, RowLocked
+from console.shared.models import Applied, Refused
 from tests.helpers import (
     FAST,
     cancel,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.doctor import diagnose
+from console.operator.doctor import diagnose
 from tests.helpers import ensure_login, register_tool
 
 

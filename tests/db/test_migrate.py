@@ -12,7 +12,7 @@ from psycopg.conninfo import make_conninfo
 
 from console.db.connect import connect
 from console.db.migrate import check_compatible, discover, known_version, migrate
-from console.errors import SchemaError
+from console.shared.errors import SchemaError
 
 
 def test_migrate_is_idempotent(empty_db):

@@ -56,7 +56,7 @@ def test_worker_cannot_approve_a_retry(db, logins, outcome_unknown_call):
             conn.execute("update tool_jobs set retry_approved_by='w9', retry_approved_at=now(), "
                          "state='queued' where id=%s", (outcome_unknown_call,))
         from console.db.connect import run_one
-        from console.errors import PermissionDenied
+        from console.shared.errors import PermissionDenied
 
         with pytest.raises(PermissionDenied):
             run_one(conn, "operator/approve_retry", job_id=outcome_unknown_call,
@@ -114,7 +114,7 @@ def test_group_roles_carry_timeouts(db, logins):
 
 def test_worker_cannot_forge_the_ownership_timeline(db, logins, outcome_unknown_call):
     from console.db.connect import run_one
-    from console.errors import LeasectlError
+    from console.shared.errors import LeasectlError
 
     with as_role(db, "lc_test_worker") as conn:
         with pytest.raises(LeasectlError, match="written by the database itself"):
@@ -132,7 +132,7 @@ def test_worker_cannot_forge_the_ownership_timeline(db, logins, outcome_unknown_
 
 
 def test_the_control_plane_role_runs_a_shutdown_and_nobody_else_writes_records(db, pg_server):
-    from console.supervisor import tick
+    from console.control.supervisor import tick
     from tests.helpers import give_grant, register_tree, request_shutdown
 
     with pg_server.admin() as admin:

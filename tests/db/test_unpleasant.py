@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from console.db.connect import run_one
-from console.receiver import FencedReceiver, ReceiverClient, ReceiverServer, StaleFence
+from console.worker.receiver import FencedReceiver, ReceiverClient, ReceiverServer, StaleFence
 from tests.conftest import ROOT
 from tests.helpers import complete, enqueue, events, expire_lease, job, register_tool, sweep, wait_until
 

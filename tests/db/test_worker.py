@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from console.receiver import FencedReceiver
 from console.worker import CallContext, ToolFailed, ToolNoAnswer, Worker
+from console.worker.receiver import FencedReceiver
 from tests.helpers import cancel, enqueue, events, job, mark_terminal, register_tool, wait_until
 from tests.netproxy import DbProxy
 

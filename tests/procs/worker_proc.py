@@ -17,8 +17,8 @@ import threading
 import time
 import uuid
 
-from console.receiver import ReceiverClient
 from console.worker import CallContext, Worker
+from console.worker.receiver import ReceiverClient
 
 
 def make_handler(receiver_url: str):

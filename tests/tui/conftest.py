@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from console.config import SessionLimits
 from console.db.session import ConsoleSession
 from console.demo.scenario import load_fixed_scenario
-from console.tui import pictures
-from console.tui.app import LeasectlApp
-from console.tui.pictures import SIZE, screen_text, settle
+from console.operator.tui import pictures
+from console.operator.tui.app import LeasectlApp
+from console.operator.tui.pictures import SIZE, screen_text, settle
+from console.shared.config import SessionLimits
 
 __all__ = ["SIZE", "make_app", "notifications", "screen_text", "settle"]
 

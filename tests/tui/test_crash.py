@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.tui.screens.triage import TriageScreen
+from console.operator.tui.screens.triage import TriageScreen
 from tests.tui.conftest import SIZE, make_app
 
 
@@ -33,8 +33,8 @@ async def test_a_crash_prints_one_line_and_writes_a_log(db, monkeypatch, tmp_pat
 async def test_a_tick_during_teardown_is_not_a_crash(db):
     """Quitting removes a screen's widgets before the screen leaves the stack; the once-a-second
     tick can land in between (it did, in CI: NoMatches on 'CallTable' at exit)."""
-    from console.tui.pictures import settle
-    from console.tui.widgets.calltable import CallTable
+    from console.operator.tui.pictures import settle
+    from console.operator.tui.widgets.calltable import CallTable
 
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from console.control.supervisor import tick
 from console.db.connect import run_one
-from console.supervisor import tick
 from tests.helpers import claim, enqueue, give_grant, register_tool, register_tree, request_shutdown, wait_until
 from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle
 from tests.tui.test_flows import type_text

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from console.config import SessionLimits
 from console.db import reads
-from console.tui.app import CRUMB_SEPARATOR
+from console.operator.tui.app import CRUMB_SEPARATOR
+from console.shared.config import SessionLimits
 from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
 from tests.netproxy import DbProxy
 from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle

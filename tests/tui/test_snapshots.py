@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.tui.pictures import SHOTS, SIZE, Shot, make_app, play
+from console.operator.tui.pictures import SHOTS, SIZE, Shot, make_app, play
 
 
 @pytest.mark.parametrize("shot", SHOTS, ids=[s.name for s in SHOTS])

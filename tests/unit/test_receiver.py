@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.receiver import FencedReceiver, NoAnswer, ReceiverClient, ReceiverServer, StaleFence
+from console.worker.receiver import FencedReceiver, NoAnswer, ReceiverClient, ReceiverServer, StaleFence
 
 
 def test_lower_token_is_rejected_and_changes_nothing():

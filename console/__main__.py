@@ -1,0 +1,5 @@
+"""`python -m console` is `leasectl`."""
+
+from console.operator.cli import main
+
+main()

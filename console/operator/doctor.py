@@ -1,0 +1,168 @@
+"""`leasectl doctor`: is this database fit for leasectl, and if not, what exactly to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from console.db.connect import Conn, connect, run, run_one
+from console.db.migrate import applied_versions, known_version
+from console.shared.errors import LeasectlError
+
+Status = Literal["ok", "warn", "fail"]
+
+GROUP_ROLES = ("leasectl_worker", "leasectl_operator", "leasectl_auditor", "leasectl_supervisor")
+EXPECTED_TRIGGERS = {
+    "tool_jobs_guard_insert", "tool_jobs_guard_update", "tool_jobs_journal_insert",
+    "tool_jobs_journal_update", "tool_jobs_autoregister_tool", "job_events_no_update_delete",
+    "job_events_no_truncate", "job_events_kind_guard",
+    # the fleet (seed 003): shutdown, grant and agent guards, the fleet journal, append-only records
+    "shutdowns_guard", "grants_guard", "agents_guard", "agents_journal", "shutdowns_journal",
+    "grants_journal", "reconciliation_records_append_only", "reconciliation_records_no_truncate",
+    "fleet_events_append_only", "fleet_events_no_truncate",
+}
+TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def diagnose(dsn: str) -> list[Check]:
+    """Run every check; a connection failure is itself a (failed) check, not an exception."""
+    try:
+        conn = connect(dsn)
+    except LeasectlError as exc:
+        return [Check("connection", "fail", str(exc),
+                      exc.hint or "check --dsn, LEASECTL_DSN, DATABASE_URL or PG* variables")]
+    with conn:
+        checks = [_server(conn)]
+        schema = _schema(conn)
+        checks.append(schema)
+        if schema.status == "fail" and "no leasectl schema" in schema.detail:
+            return checks
+        checks += [_triggers(conn), *_roles(conn), *_tools(conn), *_activity(conn)]
+    return checks
+
+
+def _server(conn: Conn) -> Check:
+    row = run_one(conn, "meta/doctor_server")
+    assert row is not None
+    status: Status = "ok" if row["server_version_num"] >= 150000 else "warn"
+    detail = (f"PostgreSQL {row['server_version']}, database {row['database']}, role {row['role']}"
+              + (" (superuser)" if row["superuser"] else ""))
+    return Check("connection", status, detail,
+                 "" if status == "ok" else "leasectl is tested on PostgreSQL 15 and 18")
+
+
+def _schema(conn: Conn) -> Check:
+    applied = applied_versions(conn)
+    known = known_version()
+    if not applied:
+        return Check("schema", "fail", "no leasectl schema in this database", "run `leasectl migrate`")
+    current = max(applied)
+    if current > known:
+        return Check("schema", "fail", f"version {current} is newer than this leasectl ({known})",
+                     "upgrade leasectl")
+    if current < known:
+        return Check("schema", "fail", f"version {current}, this leasectl needs {known}",
+                     "run `leasectl migrate`")
+    unrecorded = [v for v, row in applied.items() if not row["checksum"]]
+    if unrecorded:
+        return Check("schema", "warn", f"version {current}; migrations {unrecorded} applied by psql "
+                     "without a checksum", "run `leasectl migrate` once to record them")
+    return Check("schema", "ok", f"version {current} (current)")
+
+
+def _triggers(conn: Conn) -> Check:
+    rows = run(conn, "meta/doctor_triggers")
+    present = {r["name"] for r in rows}
+    disabled = sorted(r["name"] for r in rows if not r["enabled"])
+    missing = sorted(EXPECTED_TRIGGERS - present)
+    if missing or disabled:
+        parts = []
+        if missing:
+            parts.append(f"missing: {', '.join(missing)}")
+        if disabled:
+            parts.append(f"DISABLED: {', '.join(disabled)}")
+        return Check("state machine", "fail", "; ".join(parts),
+                     "the database no longer enforces the protocol: re-enable with "
+                     "ALTER TABLE ... ENABLE TRIGGER, or re-create the schema")
+    return Check("state machine", "ok", f"{len(present)} triggers enforce transitions and history")
+
+
+def _roles(conn: Conn) -> list[Check]:
+    rows = run(conn, "meta/doctor_roles")
+    groups = {r["group_role"] for r in rows}
+    missing = [g for g in GROUP_ROLES if g not in groups]
+    checks = []
+    if missing:
+        checks.append(Check("roles", "warn", f"missing group roles: {', '.join(missing)}",
+                            "run `leasectl migrate` as a role with CREATEROLE"))
+    else:
+        checks.append(Check("roles", "ok", ", ".join(GROUP_ROLES)))
+    fixes = []
+    for r in rows:
+        if not r["member"] or not r["member_can_login"]:
+            continue
+        lacking = [t for t in TIMEOUTS if t not in r["member_settings"]]
+        if lacking:
+            group_values = {kv.split("=", 1)[0]: kv.split("=", 1)[1]
+                            for kv in r["group_settings"].split(", ") if "=" in kv}
+            for t in lacking:
+                value = group_values.get(t, "5s")
+                fixes.append(f"ALTER ROLE {r['member']} SET {t} = '{value}';")
+    if fixes:
+        checks.append(Check("login roles", "warn",
+                            "login roles lack the timeouts of their leasectl group "
+                            "(role settings are not inherited)", "\n".join(fixes)))
+    return checks
+
+
+def _tools(conn: Conn) -> list[Check]:
+    rows = run(conn, "meta/doctor_tools")
+    checks = []
+    for r in rows:
+        sizing = (f"L={r['lease_seconds']}s, R={r['missed_heartbeats']} x H={r['heartbeat_seconds']}s"
+                  f" + J={r['jitter_seconds']}s = {r['minimum']}s")
+        if r["problem"] == "broken":
+            checks.append(Check(f"tool {r['name']}", "fail", f"lease too short: {sizing}",
+                                f"make lease_seconds larger than {r['minimum']} (seed 000: L > R x H + J)"))
+        elif r["problem"] == "auto_registered":
+            checks.append(Check(f"tool {r['name']}", "warn",
+                                "registered automatically on first use: side-effect class unknown, "
+                                "treated as mutating_unverifiable",
+                                "register it with its real class and lease sizing"))
+        else:
+            checks.append(Check(f"tool {r['name']}", "warn", f"lease barely above the minimum: {sizing}",
+                                "a normal pause may cost a live worker its lease: add margin"))
+    if not checks:
+        checks.append(Check("tools", "ok", "every tool's lease is sized with margin"))
+    return checks
+
+
+def _activity(conn: Conn) -> list[Check]:
+    row = run_one(conn, "meta/doctor_activity")
+    assert row is not None
+    checks = []
+    if row["long_transactions"]:
+        checks.append(Check("long transactions", "warn",
+                            f"{row['long_transactions']} open for over a minute (oldest "
+                            f"{row['oldest_transaction_seconds']}s): they hold back vacuum "
+                            "and may hold row locks",
+                            "find them in pg_stat_activity; set idle_in_transaction_session_timeout"))
+    else:
+        checks.append(Check("long transactions", "ok", "none open for over a minute"))
+    blockers = run(conn, "meta/doctor_hot_blockers")
+    if blockers:
+        checks.append(Check("heartbeat updates", "warn",
+                            "indexes cover the lease columns, so heartbeats cannot be HOT updates: "
+                            + ", ".join(b["index_name"] for b in blockers),
+                            "\n".join(f"DROP INDEX {b['index_name']};" for b in blockers)))
+    else:
+        checks.append(Check("heartbeat updates", "ok", "no index covers lease_until or heartbeat_at (HOT)"))
+    return checks

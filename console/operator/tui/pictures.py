@@ -1,0 +1,113 @@
+"""Pictures of every screen and dialog, on the fixed scenario at its pinned instant.
+
+`leasectl screenshots` writes them to screenshots/ for the README; the snapshot tests compare
+the same pictures, so what the README shows is what the tests check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from textual.pilot import Pilot
+
+from console.db.session import ConsoleSession
+from console.demo.scenario import ANCHOR
+from console.operator.tui.app import LeasectlApp
+from console.operator.tui.screens.base import PollingScreen
+from console.shared.clock import FrozenClock
+
+SIZE = (140, 45)
+
+
+def filter_to(short_id: str) -> list[str]:
+    return ["2", "slash", *list(f"id:{short_id}"), "enter"]
+
+
+@dataclass(frozen=True)
+class Shot:
+    name: str
+    keys: list[str] = field(default_factory=list)
+    until: str | None = None  # shown once this text is on screen
+    read_only: bool = False
+    title: str = ""
+
+
+SHOTS = [
+    Shot("triage", until="outcome unknown", title="1 Triage: what needs attention now, worst first"),
+    Shot("calls", ["2"], until="page 1", title="2 Calls: every call, filterable, keyset pages"),
+    Shot("calls_filtered", ["2", "slash", *list("state:running"), "enter"], until="filter state:running",
+         title="2 Calls filtered with / (state:running)"),
+    Shot("approvals", ["3"], until="may already have happened",
+         title="3 Approvals: outcome unknown, grouped by side-effect class"),
+    Shot("detail_zombie", [*filter_to("b5c7e033"), "enter"], until="receiver_rejected",
+         title="Call detail: a zombie worker's stale writes, refused"),
+    Shot("detail_payload", [*filter_to("71d2e8c0"), "enter", "p"], until="inv-7",
+         title="Call detail with the payload revealed (p)"),
+    Shot("dialog_cancel", [*filter_to("8f1b7c3d"), "c"], until="What will change",
+         title="Cancel: requested is not stopped"),
+    Shot("dialog_mark_terminal", [*filter_to("8f1b7c3d"), "t"], until="force: fence",
+         title="Mark terminal on a live lease: force fences the owner out"),
+    Shot("dialog_approve", ["3", "a"], until="first 8 characters",
+         title="Approve a retry of an unverifiable side effect"),
+    Shot("fleet", ["4"], until="ingest-1", title="4 Fleet: the agent tree, a drain under way, an abort reconciled"),
+    Shot("dialog_drain", ["4", "d"], until="What will change", title="Drain a subtree: reason, window, the guard"),
+    Shot("reconciliations", ["5"], until="UNACCOUNTED",
+         title="5 Reconciliations: what each shutdown left, newest first"),
+    Shot("record", ["5", "enter"], until="Agents that confirmed",
+         title="A reconciliation record: the unaccounted agent first and loud, then every call and grant"),
+    Shot("help", ["question_mark"], until="Lease health", title="? every binding, and what lease health means"),
+    Shot("read_only", [], until="READ-ONLY", read_only=True, title="--read-only"),
+]
+
+
+def make_app(dsn: str, *, read_only: bool = False, operator: str = "dana") -> LeasectlApp:
+    session = ConsoleSession(dsn, operator=operator, read_only=read_only, label="demo", clock=ANCHOR.isoformat())
+    return LeasectlApp(session, clock=FrozenClock(), listen=False)
+
+
+def screen_text(app: LeasectlApp) -> str:
+    """Everything on screen as plain text, dialogs over their screens, as a person reads it."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
+                      color_system="truecolor", legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+async def settle(pilot: Pilot, until: Callable[[], bool] | None = None, timeout: float = 10.0) -> None:
+    """Wait for the screen's data (and an optional condition), the way a person would."""
+    app = pilot.app
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        await pilot.pause(0.05)
+        base = next((s for s in reversed(app.screen_stack) if isinstance(s, PollingScreen)), None)
+        loaded = base is None or base.loaded_once
+        if loaded and (until is None or until()) and not getattr(app.screen, "busy", False):
+            await pilot.pause(0.1)
+            return
+    raise AssertionError("the console did not settle in time; on screen:\n" + screen_text(app))  # type: ignore[arg-type]
+
+
+async def play(pilot: Pilot, shot: Shot) -> None:
+    await settle(pilot)
+    for key in shot.keys:
+        await pilot.press(key)
+        await settle(pilot)
+    if shot.until:
+        until = shot.until
+        await settle(pilot, lambda: until in screen_text(pilot.app))  # type: ignore[arg-type]
+
+
+async def capture(dsn: str, shot: Shot, directory: Path) -> Path:
+    app = make_app(dsn, read_only=shot.read_only)
+    path = directory / f"{shot.name}.svg"
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot, shot)
+        app.save_screenshot(filename=path.name, path=str(directory))
+    return path

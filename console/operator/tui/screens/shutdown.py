@@ -1,0 +1,126 @@
+"""The drain/abort dialog (Fleet screen, `d` / `x`): the same rules as the call actions.
+
+What will change (the subtree, its running and queued calls, its live grants), the guard it
+relies on (the agent is still running and no shutdown over its subtree is under way), the query
+it runs, a required reason and the window. The answer is the database's: requested, or refused
+with what is true now (another shutdown, an agent already draining). Journaled in fleet_events.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Input, Label
+
+from console.db import actions
+from console.db.connect import Conn
+from console.operator.tui.screens.action import GuardedDialog
+from console.shared.fleet_words import seconds
+from console.shared.health import counted, sanitize
+from console.shared.models import FleetAgent, ShutdownMode, ShutdownRequested, ShutdownResult
+
+DEFAULT_WINDOW = {"drain": 300, "abort": 60}
+
+
+def subtree(agents: list[FleetAgent], root_id: str) -> list[FleetAgent]:
+    """The root and everything below it, from agents listed parents first (preorder)."""
+    for i, agent in enumerate(agents):
+        if agent.id == root_id:
+            below = []
+            for other in agents[i + 1:]:
+                if other.depth <= agent.depth:
+                    break
+                below.append(other)
+            return [agent, *below]
+    return []
+
+
+class ShutdownDialog(GuardedDialog):
+    CSS_PATH = ["action.tcss", "shutdown.tcss"]  # type: ignore[assignment]
+    query_name = "operator/request_shutdown"
+
+    def __init__(self, mode: ShutdownMode, root: FleetAgent, agents: list[FleetAgent], *,
+                 seen_at: float | None = None) -> None:
+        super().__init__()
+        self.mode: ShutdownMode = mode
+        self.root = root
+        self.subtree_agents = subtree(agents, root.id) or [root]
+        self.seen_age = seen_at
+
+    def title_text(self) -> Text:
+        title = Text()
+        title.append(f"{'Drain' if self.mode == 'drain' else 'Abort'} the subtree of ", style="bold")
+        title.append(sanitize(self.root.id), style="bold")
+        title.append(f"  {counted(len(self.subtree_agents), 'agent')}", style="dim")
+        return title
+
+    def what_changes(self) -> Text:
+        running = sum(a.running_calls for a in self.subtree_agents)
+        queued = sum(a.queued_calls for a in self.subtree_agents)
+        grants = sum(a.live_grants for a in self.subtree_agents)
+        shown = self.subtree_agents[:6]
+        names = ", ".join(sanitize(a.id) for a in shown) + (" …" if len(self.subtree_agents) > len(shown) else "")
+        text = Text()
+        text.append("What will change: ", style="bold")
+        text.append(f"{names} stop taking new calls; {counted(queued, 'queued call')} cancelled before starting. ")
+        if self.mode == "drain":
+            text.append(f"The window lets {counted(running, 'running call')} finish; ")
+            text.append("what still runs at its end is aborted.", style="bold yellow")
+        else:
+            text.append(f"{counted(running, 'running call')}: cancel requested ", style="bold yellow")
+            text.append("(NOT stopped: each worker must confirm); what is unconfirmed at the end of the window "
+                        "is fenced out, and an unverifiable side effect goes to approvals.")
+        text.append(f" Then the control plane revokes {counted(grants, 'live grant')} and writes the reconciliation "
+                    "record; agents that never confirm are listed UNACCOUNTED. Nothing happens until "
+                    "`leasectl supervise` runs.")
+        return text
+
+    def guard(self) -> Text:
+        text = Text()
+        text.append("Guard: ", style="bold")
+        text.append("only if ")
+        text.append(sanitize(self.root.id), style="bold")
+        text.append(" is still ")
+        text.append(self.root.state, style="bold")
+        text.append(" and no shutdown of it, an ancestor or a descendant is under way")
+        seen = f" (as you saw it {seconds(self.seen_age)} ago)" if self.seen_age is not None else ""
+        text.append(f"{seen}; otherwise nothing happens and you are told why.")
+        return text
+
+    def extra_fields(self) -> ComposeResult:
+        yield Label(f"Window in seconds ({'to finish' if self.mode == 'drain' else 'to confirm cancels'}):")
+        yield Input(value=str(DEFAULT_WINDOW[self.mode]), id="window", type="number")
+
+    def last_field(self) -> str:
+        return "window"
+
+    def collect(self) -> dict[str, object] | None:
+        field = self.query_one("#window", Input)
+        try:
+            window = float(field.value)
+        except ValueError:
+            window = 0.0
+        if not 0 < window <= actions.MAX_WINDOW_SECONDS:
+            self._say(Text(f"The window is a number of seconds, more than 0 and at most "
+                           f"{actions.MAX_WINDOW_SECONDS}.", style="bold red"))
+            field.focus()
+            return None
+        return {"window": window}
+
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, object]) -> ShutdownResult:
+        window = fields["window"]
+        assert isinstance(window, float)
+        return actions.request_shutdown(conn, self.root.id, mode=self.mode, operator=operator, reason=reason,
+                                        window_seconds=window)
+
+    def answer(self, result: object) -> Text:
+        text = Text()
+        if isinstance(result, ShutdownRequested):
+            text.append("REQUESTED — ", style="bold green")
+        else:
+            text.append("REFUSED — ", style="bold red")
+        text.append(sanitize(getattr(result, "message", str(result))))
+        request_id = getattr(result, "request_id", None)
+        if request_id:
+            text.append(f"\nrequest {request_id} is in the fleet journal.", style="dim")
+        return text

@@ -1,0 +1,63 @@
+"""The calls table: rows keyed by call id, rebuilt only where a call changed, ages re-rendered
+every second from the database's clock without touching the database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from console.operator.tui.cells import Cell, health_cell, live_ages, side_effect_cell, state_cell
+from console.operator.tui.widgets.livetable import Column, LiveTable
+from console.shared.models import JobSummary
+
+TICKING = ("heartbeat", "lease", "deadline")
+
+
+def default_cells(job: JobSummary) -> dict[str, Cell]:
+    return {
+        "id": Cell(job.short_id, "bold"),
+        "tool": Cell(job.tool),
+        "class": side_effect_cell(job.side_effect),
+        "state": state_cell(job.state),
+        "owner": Cell(job.owner_id or "—"),
+        "token": Cell(job.fencing_token),
+        "attempt": Cell(f"{job.attempt}/{job.max_attempts}" if job.max_attempts else job.attempt),
+        "health": health_cell(job.health, job.state),
+        "agent": Cell(job.agent_id or "—"),
+        "key": Cell(job.idempotency_key),
+        "created": Cell(job.created_at.strftime("%H:%M:%S")),
+    }
+
+
+class CallTable(LiveTable):
+    def __init__(self, columns: Sequence[Column], *,
+                 cells: Callable[[JobSummary], dict[str, Cell]] = default_cells, id: str | None = None) -> None:
+        super().__init__(columns, id=id)
+        self._make_cells = cells
+        self.jobs: dict[str, JobSummary] = {}
+
+    @property
+    def selected(self) -> JobSummary | None:
+        key = self.cursor_key
+        return self.jobs.get(key) if key is not None else None
+
+    def sync(self, rows: Sequence[JobSummary], now: datetime) -> None:
+        """Show `rows` in this order; cells are built only for rows that are new or changed
+        (an unchanged row costs one comparison)."""
+        keys = [str(r.id) for r in rows]
+        changed: dict[str, dict[str, Cell]] = {}
+        fresh: dict[str, JobSummary] = {}
+        for key, job in zip(keys, rows, strict=True):
+            old = self.jobs.get(key)
+            # frozen models: comparing their field dicts is what == does, minus pydantic's overhead
+            if old is None or old.__dict__ != job.__dict__:
+                changed[key] = {**self._make_cells(job), **live_ages(job, now)}
+            fresh[key] = job
+        self.jobs = fresh
+        self.set_rows(keys, changed)
+
+    def tick(self, now: datetime) -> None:
+        """Re-render the ages of the rows on screen (the others are redrawn when scrolled to)."""
+        top = int(self.scroll_offset.y)
+        for key in self.row_keys[top: top + self.size.height]:
+            self.update_cells(key, live_ages(self.jobs[key], now))

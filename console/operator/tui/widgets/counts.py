@@ -1,0 +1,50 @@
+"""The triage strip: the counts that matter at 02:00, each coloured by whether it needs someone."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Static
+
+from console.shared.models import Counts
+
+# (field, label, colour when non-zero); the first ones need a human
+CELLS = (
+    ("needs_human", "need a human", "bold white on red"),
+    ("stale_heartbeats", "stale beats", "bold black on yellow"),
+    ("expired_unswept", "expired", "bold white on red"),
+    ("cancel_unheard", "unheard cancel", "bold black on yellow"),
+    ("zombies", "zombies 5m", "bold black on yellow"),
+    ("over_stage_timeout", "over stage", "bold black on cyan"),
+    ("running", "running", "bold"),
+    ("queued", "queued", "bold"),
+    ("failed_last_hour", "failed 1h", "bold red"),
+)
+
+
+class CountsStrip(Horizontal):
+    DEFAULT_CSS = """
+    CountsStrip {
+        height: 4;
+    }
+    CountsStrip > Static {
+        width: 1fr;
+        height: 4;
+        content-align: center middle;
+        border: round $panel-lighten-2;
+        padding: 0 0;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        for field, _label, _style in CELLS:
+            yield Static(id=f"count-{field}")
+
+    def update_counts(self, counts: Counts | None) -> None:
+        for field, label, style in CELLS:
+            value = None if counts is None else getattr(counts, field)
+            text = Text(justify="center", no_wrap=True, overflow="ellipsis")
+            text.append("…" if value is None else f" {value} ", style=style if value else "dim")
+            text.append(f"\n{label}", style="" if value else "dim")
+            self.query_one(f"#count-{field}", Static).update(text)

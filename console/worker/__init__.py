@@ -1,0 +1,28 @@
+"""The worker side: the lease protocol for any Python program, and the fenced receiver it talks to.
+
+What a worker fleet imports::
+
+    from console.worker import CallContext, ToolNoAnswer, Worker
+
+Nothing here imports the operator's tools or Textual (import-linter keeps it so).
+"""
+
+from console.worker.runner import (
+    CallContext,
+    CancelRequested,
+    ClaimedCall,
+    DeadlinePassed,
+    Handler,
+    Heartbeat,
+    LeaseLost,
+    Outcome,
+    OwnershipUnknown,
+    ToolFailed,
+    ToolNoAnswer,
+    Worker,
+)
+
+__all__ = [
+    "CallContext", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat", "LeaseLost",
+    "Outcome", "OwnershipUnknown", "ToolFailed", "ToolNoAnswer", "Worker",
+]
