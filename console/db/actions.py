@@ -13,7 +13,6 @@ import uuid
 from console.db.connect import Conn, run, run_one
 from console.db.reads import job, shutdown
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
-from console.shared.health import sanitize
 from console.shared.models import (
     Action,
     ActionResult,
@@ -25,6 +24,7 @@ from console.shared.models import (
     ShutdownRequested,
     ShutdownResult,
 )
+from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.actions")
 
@@ -51,6 +51,18 @@ def mark_terminal(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token:
 def approve_retry(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
                   reason: str) -> ActionResult:
     return _act(conn, "approve_retry", job_id, seen_state, seen_token, operator, reason)
+
+
+def perform(conn: Conn, action: Action, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
+            reason: str, terminal_state: str | None = None, force: bool = False) -> ActionResult:
+    """Any of the three by name: what the CLI and the console's dialogs call."""
+    if action == "mark_terminal":
+        return mark_terminal(conn, job_id, seen_state=seen_state, seen_token=seen_token,
+                             terminal_state=terminal_state or "", operator=operator, reason=reason, force=force)
+    if action == "cancel":
+        return cancel(conn, job_id, seen_state=seen_state, seen_token=seen_token, operator=operator, reason=reason)
+    return approve_retry(conn, job_id, seen_state=seen_state, seen_token=seen_token, operator=operator,
+                         reason=reason)
 
 
 def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_token: int,

@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 
 from console.db.connect import Conn, run, run_one
 from console.shared.errors import BadInput
-from console.shared.health import id_range, sanitize
+from console.shared.health import id_range
 from console.shared.models import (
+    HEALTHS,
+    STATES,
     ApprovalQueue,
     ApprovalRow,
     Counts,
@@ -29,10 +31,7 @@ from console.shared.models import (
     Shutdown,
     TriageSnapshot,
 )
-
-STATES = ("queued", "running", "cancel_requested", "succeeded", "failed", "cancelled", "outcome_unknown")
-HEALTHS = ("healthy", "heartbeat_late", "lease_expired", "cancel_unheard", "outcome_unknown", "zombie",
-           "over_stage_timeout")
+from console.shared.text import sanitize
 
 
 def db_info(conn: Conn) -> DbInfo:

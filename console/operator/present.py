@@ -1,4 +1,5 @@
-"""Human output of the CLI: rich tables, humanized ages, untrusted text shown as text."""
+"""How calls, actions and the fleet are put into words, for the CLI and the console alike: rich
+renderables and plain strings, every value from the database sanitized on its way in."""
 
 from __future__ import annotations
 
@@ -13,8 +14,58 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from console.shared.health import format_seconds, health_label, sanitize
-from console.shared.models import Event, FleetSnapshot, Job, JobSummary, ReconciliationRecord
+from console.shared.health import counted, format_seconds, health_label
+from console.shared.models import (
+    Action,
+    ActionResult,
+    Applied,
+    Event,
+    FleetAgent,
+    FleetSnapshot,
+    HeldGrant,
+    Job,
+    JobSummary,
+    ReconciliationRecord,
+    ShutdownRequested,
+    ShutdownResult,
+)
+from console.shared.text import clip, sanitize
+
+
+def action_verb(action: Action, terminal_state: str | None = None) -> str:
+    """The verb of the question before an action: "Cancel this call?", "Mark as failed this call?"."""
+    if action == "mark_terminal":
+        return f"Mark as {terminal_state}"
+    return "Cancel" if action == "cancel" else "Approve a retry of"
+
+
+def action_message(result: ActionResult) -> str:
+    """The database's answer to an action, in words; what is true now when it was refused."""
+    if isinstance(result, Applied):
+        if result.action == "cancel" and result.state == "cancel_requested":
+            return ("cancel requested — NOT stopped yet: the worker hears it at its next heartbeat "
+                    "and confirms; until then it may still be running")
+        if result.action == "cancel":
+            return "cancelled (it had not started)"
+        if result.action == "approve_retry":
+            return "retry approved: the call is queued again for one more attempt"
+        fenced = f"; owner fenced out (token now {result.fencing_token})" if result.fenced else ""
+        return f"marked {result.state}{fenced}"
+    reason = sanitize(result.reason, max_chars=300)
+    if result.now is None:
+        return reason
+    now = result.now
+    return (f"{reason} — now state {now.state}, owner {sanitize(now.owner_id or '-', max_chars=80)}, "
+            f"token {now.fencing_token}")
+
+
+def shutdown_message(result: ShutdownResult) -> str:
+    if isinstance(result, ShutdownRequested):
+        s = result.shutdown
+        return (f"{s.mode} of {sanitize(s.root_agent_id, max_chars=80)} requested ({s.agents} agents, window "
+                f"{s.window_seconds:g}s): the supervisor carries it out and writes the reconciliation record "
+                "before anything is terminated")
+    return sanitize(result.reason, max_chars=300)
 
 
 def _t(value: object, style: str = "") -> Text:
@@ -179,3 +230,38 @@ def reconciliation_panel(record: ReconciliationRecord) -> Panel:
                  f"{sanitize(record.reason)} · written by {sanitize(record.written_by)} at {record.written_at}",
                  style="")
     return Panel(body, title=title, title_align="left", border_style="red" if unaccounted else "")
+
+
+def subtree_counts(tree: list[FleetAgent]) -> str:
+    """`4 agents, 2 running calls, 1 queued call, 1 live grant`: the blast radius of a shutdown."""
+    return ", ".join((counted(len(tree), "agent"),
+                      counted(sum(a.running_calls for a in tree), "running call"),
+                      counted(sum(a.queued_calls for a in tree), "queued call"),
+                      counted(sum(a.live_grants for a in tree), "live grant")))
+
+
+def subtree_summary(mode: str, tree: list[FleetAgent], grants: list[HeldGrant]) -> Group:
+    """What a drain or abort of this subtree will touch, as read now: each agent with its calls,
+    and every live grant the control plane will revoke."""
+    from console.shared.fleet_words import tree_prefixes
+
+    title = Text()
+    title.append(f"{mode} of the subtree of {sanitize(tree[0].id, max_chars=80)}: ", style="bold")
+    title.append(subtree_counts(tree))
+    agents = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("agent", "kind", "state", "running", "queued", "live grants"):
+        agents.add_column(column, no_wrap=column != "agent", overflow="fold",
+                          justify="right" if column in ("running", "queued", "live grants") else "left")
+    for prefix, a in zip(tree_prefixes(tree), tree, strict=True):
+        agents.add_row(Text(prefix, style="dim") + _t(clip(a.id, 60)), _t(clip(a.kind, 30)), _t(a.state),
+                       _t(a.running_calls), _t(a.queued_calls), _t(a.live_grants))
+    ids = {a.id for a in tree}
+    held = [g for g in grants if g.agent_id in ids and g.expires_in_seconds > 0]
+    lines: list[Text] = [title, Text()]
+    body: list[object] = [*lines, agents]
+    if held:
+        body.append(Text("live grants the control plane will revoke:", style="bold"))
+        for g in held:
+            body.append(_t(f"  {clip(g.kind, 30)} {clip(g.resource, 80)} of {clip(g.agent_id, 60)} "
+                           f"(expires in {format_seconds(g.expires_in_seconds)})"))
+    return Group(*body)  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
 """Errors a user can read. Each carries the CLI exit code it maps to.
 
-Exit codes (contract): 0 done, 1 anything else, 2 bad input, 3 refused by a guard.
+Exit codes (contract): 0 done, 1 anything else, 2 bad input, 3 refused by a guard, 4 a violation
+found by `audit verify`. "Not allowed" (a read-only session, a role without the privilege) is not
+"refused by a guard" (the call changed since you looked): it exits 1.
 """
 
 from __future__ import annotations
@@ -43,15 +45,11 @@ class StatementTimedOut(LeasectlError):
 
 
 class ReadOnlySession(LeasectlError):
-    """The session is read-only (by --read-only, or the role cannot write)."""
-
-    exit_code = 3
+    """The session is read-only (by --read-only, or the role cannot write): not allowed."""
 
 
 class PermissionDenied(LeasectlError):
-    """The database role lacks the privilege."""
-
-    exit_code = 3
+    """The database role lacks the privilege: not allowed."""
 
 
 class ProtocolViolation(LeasectlError):

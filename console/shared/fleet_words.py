@@ -111,3 +111,16 @@ def tree_prefixes(agents: list[FleetAgent]) -> list[str]:
         prefixes.append("".join(rails) + ("└─ " if last[i] else "├─ "))
         rails.append("   " if last[i] else "│  ")
     return prefixes
+
+
+def subtree(agents: list[FleetAgent], root_id: str) -> list[FleetAgent]:
+    """The root and everything below it, from agents listed parents first (preorder)."""
+    for i, agent in enumerate(agents):
+        if agent.id == root_id:
+            below = []
+            for other in agents[i + 1:]:
+                if other.depth <= agent.depth:
+                    break
+                below.append(other)
+            return [agent, *below]
+    return []

@@ -10,6 +10,7 @@ import uuid
 from typing import Literal
 
 from console.shared.errors import BadInput
+from console.shared.text import sanitize
 
 Urgency = Literal["ok", "watch", "warn", "bad", "none"]
 
@@ -109,25 +110,6 @@ def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
     if negative:
         return f"-{text}" if signed else f"{text} ago"
     return text
-
-
-# ----------------------------------------------------------------------- untrusted text
-
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-_]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def sanitize(value: object, *, single_line: bool = True) -> str:
-    """Make untrusted text (payloads, errors, owner names, reasons) safe to put on a terminal:
-    escape sequences are removed, other control characters become visible (\\x07), and the
-    result must still be rendered as plain text, never as markup."""
-    if value is None:
-        return ""
-    text = str(value)
-    text = _ANSI.sub("", text)
-    if single_line:
-        text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
 # ----------------------------------------------------------------------- id prefixes

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+# The vocabularies of the schema (the CHECK constraints of migrations/0001): one place in Python.
 Health = Literal["healthy", "heartbeat_late", "lease_expired", "cancel_unheard", "outcome_unknown",
                  "zombie", "over_stage_timeout"]
 State = Literal["queued", "running", "cancel_requested", "succeeded", "failed", "cancelled",
                 "outcome_unknown"]
+TerminalState = Literal["succeeded", "failed", "cancelled"]
 SideEffect = Literal["read_only", "mutating_verifiable", "mutating_unverifiable"]
 
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
-LIVE_STATES = ("running", "cancel_requested")
+STATES: tuple[str, ...] = get_args(State)
+HEALTHS: tuple[str, ...] = get_args(Health)
+TERMINAL_STATES: tuple[str, ...] = get_args(TerminalState)
+LIVE_STATES = ("running", "cancel_requested")  # a lease is held: heartbeats, lease health
+# worker writes refused for a stale fencing token: a call with one in the last 5 minutes is a zombie
+# (the SQL side: leasectl_job_health's callers in queries/views)
+ZOMBIE_KINDS = ("heartbeat_lost", "result_rejected", "receiver_rejected")
 
 
 class Row(BaseModel):
@@ -218,18 +225,6 @@ class Applied(Row):
     request_id: uuid.UUID | None = None
     fenced: bool = False
 
-    @property
-    def message(self) -> str:
-        if self.action == "cancel" and self.state == "cancel_requested":
-            return ("cancel requested — NOT stopped yet: the worker hears it at its next heartbeat "
-                    "and confirms; until then it may still be running")
-        if self.action == "cancel":
-            return "cancelled (it had not started)"
-        if self.action == "approve_retry":
-            return "retry approved: the call is queued again for one more attempt"
-        fenced = f"; owner fenced out (token now {self.fencing_token})" if self.fenced else ""
-        return f"marked {self.state}{fenced}"
-
 
 class Refused(Row):
     action: Action
@@ -237,14 +232,6 @@ class Refused(Row):
     reason: str
     now: JobSummary | None = None
     request_id: uuid.UUID | None = None
-
-    @property
-    def message(self) -> str:
-        if self.now is None:
-            return self.reason
-        now = self.now
-        return (f"{self.reason} — now state {now.state}, owner {now.owner_id or '-'}, "
-                f"token {now.fencing_token}")
 
 
 ActionResult = Applied | Refused
@@ -392,24 +379,12 @@ class ShutdownRequested(Row):
     shutdown: Shutdown
     request_id: uuid.UUID | None = None
 
-    @property
-    def message(self) -> str:
-        s = self.shutdown
-        verb = "drain" if s.mode == "drain" else "abort"
-        return (f"{verb} of {s.root_agent_id} requested ({s.agents} agents, window {s.window_seconds:g}s): "
-                "the supervisor carries it out and writes the reconciliation record before anything is "
-                "terminated")
-
 
 class ShutdownRefused(Row):
     mode: ShutdownMode
     root_agent_id: str
     reason: str
     request_id: uuid.UUID | None = None
-
-    @property
-    def message(self) -> str:
-        return self.reason
 
 
 ShutdownResult = ShutdownRequested | ShutdownRefused

@@ -84,7 +84,8 @@ def test_cancel_asks_then_applies(cli):
     e = enqueue(conn, "search")
     claim(conn, "w-1")
     declined = invoke("cancel", str(e["id"])[:8], "--reason", "stuck", input="n\n")
-    assert declined.exit_code == 1 and "nothing changed" in declined.output
+    assert declined.exit_code == 2 and "nothing changed" in declined.output, "not confirmed: exit 2"
+    assert invoke("cancel", str(e["id"])[:8], "--reason", "stuck").exit_code == 2, "no answer: nothing changes"
     assert job(conn, e["id"])["state"] == "running"
     accepted = invoke("cancel", str(e["id"])[:8], "--reason", "stuck", input="y\n")
     assert accepted.exit_code == 0, accepted.output
@@ -177,12 +178,16 @@ def test_fleet_drain_abort_reconciliations_and_supervise(cli):
     assert invoke("drain", "code-1", "--reason", "  ").exit_code == 2
     assert invoke("drain", "code-1", "--reason", "r", "--window", "0").exit_code == 2
     assert invoke("drain", "code-1").exit_code == 2, "a reason is required"
-    applied = invoke("drain", "code-1", "--reason", "deploy", "--window", "0.5")
+    unasked = invoke("drain", "code-1", "--reason", "deploy", "--window", "0.5")
+    assert unasked.exit_code == 2 and "not confirmed" in unasked.output, "drain asks first; no answer, no drain"
+    assert "code-1" in unasked.output and "sandbox-1" in unasked.output and "vault:prod-db" in unasked.output, \
+        "the question shows the subtree and its live grants"
+    applied = invoke("drain", "code-1", "--reason", "deploy", "--window", "0.5", input="y\n")
     assert applied.exit_code == 0, applied.output
-    assert "applied" in applied.output
-    refused = invoke("abort", "planner-1", "--reason", "fire")
+    assert "applied" in applied.output and "2 agents" in applied.output
+    refused = invoke("abort", "planner-1", "--reason", "fire", "--yes")
     assert refused.exit_code == 3 and "already under way" in refused.output
-    assert invoke("abort", "review-1", "--reason", "fire", "--window", "0.5").exit_code == 0
+    assert invoke("abort", "review-1", "--reason", "fire", "--window", "0.5", "--yes").exit_code == 0
 
     assert invoke("reconciliations", "--json").output.strip() == "[]"
     for _ in range(60):
@@ -203,4 +208,84 @@ def test_fleet_drain_abort_reconciliations_and_supervise(cli):
     shown = invoke("reconciliations")
     assert shown.exit_code == 0 and "UNACCOUNTED" in shown.output.upper() and "sandbox-1" in shown.output
     assert json.loads(invoke("fleet", "--json").output)["agents"][1]["state"] == "terminated"
-    assert invoke("drain", "code-1", "--reason", "again").exit_code == 3, "terminated: refused"
+    assert invoke("drain", "code-1", "--reason", "again", "--yes").exit_code == 3, "terminated: refused"
+
+
+# ---------------------------------------------------------------------------- options before the command
+
+
+def test_options_before_the_command_are_never_ignored(db, empty_db):
+    runner = CliRunner()
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
+                      jitter_seconds=5)
+        e = enqueue(conn, "search")
+        claim(conn, "w-1")
+    env = {"USER": "shell-user", "LEASECTL_DSN": empty_db.dsn}  # the wrong database, if --dsn were ignored
+    listed = runner.invoke(app, ["--dsn", db.dsn, "jobs", "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert [r["id"] for r in json.loads(listed.output)] == [str(e["id"])]
+    both = runner.invoke(app, ["--dsn", db.dsn, "jobs", "--dsn", empty_db.dsn], env=env)
+    assert both.exit_code == 2 and "given twice" in both.output
+    assert runner.invoke(app, ["--dsn", db.dsn, "jobs", "--dsn", db.dsn, "--json"], env=env).exit_code == 0
+
+    read_only = runner.invoke(app, ["--read-only", "--dsn", db.dsn, "cancel", str(e["id"]), "--reason", "x",
+                                    "--token", "1"], env=env)
+    assert read_only.exit_code == 1 and "read-only" in read_only.output and "applied" not in read_only.output
+    with db.connect() as conn:
+        assert job(conn, e["id"])["state"] == "running", "--read-only before the command: nothing changed"
+        assert not [ev for ev in events(conn, e["id"]) if ev["kind"].startswith("operator_")]
+
+    as_alice = runner.invoke(app, ["--operator", "alice", "--dsn", db.dsn, "cancel", str(e["id"]), "--reason",
+                                   "stuck", "--token", "1"], env=env)
+    assert as_alice.exit_code == 0, as_alice.output
+    with db.connect() as conn:
+        journal = [ev for ev in events(conn, e["id"]) if ev["kind"] == "operator_cancel"]
+        assert journal[-1]["actor"] == "alice", "--operator before the command is the name journaled"
+    twice = runner.invoke(app, ["--operator", "alice", "cancel", str(e["id"]), "--reason", "x", "--operator", "bob",
+                                "--dsn", db.dsn, "--yes"], env=env)
+    assert twice.exit_code == 2 and "given twice" in twice.output
+
+    assert runner.invoke(app, ["--poll", "1", "--dsn", db.dsn, "jobs"], env=env).exit_code == 2
+
+
+def test_version_and_undecodable_arguments(db):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("leasectl ")
+    leasectl = Path(sys.executable).parent / "leasectl"
+    raw = subprocess.run([leasectl, b"show", b"\xff\xfe-not-utf8", b"--dsn", db.dsn.encode()],
+                         capture_output=True, timeout=60)
+    assert raw.returncode == 2, raw.stderr
+    assert b"not valid UTF-8" in raw.stderr and b"Traceback" not in raw.stderr
+
+
+HOSTILE_OWNER = "w-\u202egnp.exe\x1b]52;c;UFdORUQ=\x07\x1b]2;PWNED-TITLE\x07\x1b[31mred\u200b\u2028"
+
+
+def _no_terminal_controls(text: str) -> None:
+    import unicodedata
+
+    bad = sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
+                  and c != "\n"})
+    assert not bad, f"raw control or invisible characters reached the terminal: {bad}"
+
+
+def test_hostile_text_never_reaches_the_terminal_raw(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search", agent_id="agent-\u202eexe")
+    claim(conn, HOSTILE_OWNER)
+    for args in (("jobs",), ("show", str(e["id"])), ("history", str(e["id"])),
+                 ("cancel", str(e["id"]), "--reason", "x", "--token", "9")):
+        result = invoke(*args)
+        assert result.exit_code in (0, 3), result.output
+        _no_terminal_controls(result.output)
+        assert "PWNED-TITLE" in result.output or args[0] in ("jobs", "history"), "hostile text is shown, as text"
+    refused = invoke("cancel", str(e["id"]), "--reason", "x", "--token", "9")
+    assert "\\u202e" in refused.output and "\\x1b]2;PWNED" in refused.output, refused.output
+    as_json = invoke("show", str(e["id"]), "--json")
+    _no_terminal_controls(as_json.output)
+    assert json.loads(as_json.output)["owner_id"] == HOSTILE_OWNER, "JSON keeps the exact value, escaped"

@@ -6,6 +6,7 @@ import pytest
 
 from console.db import actions, reads
 from console.db.session import ConsoleSession
+from console.operator.present import action_message
 from console.shared.errors import BadInput, ReadOnlySession, RowLocked
 from console.shared.models import Applied, Refused
 from tests.helpers import (
@@ -115,10 +116,10 @@ def test_actions_applied_refused_and_journaled(conn):
     c = claim(conn, "w1")
     result = actions.cancel(conn, e["id"], seen_state="running", seen_token=99, operator="alice", reason="stuck")
     assert isinstance(result, Refused) and result.now.fencing_token == c["fencing_token"]
-    assert "changed since you looked" in result.message and "token 1" in result.message
+    assert "changed since you looked" in action_message(result) and "token 1" in action_message(result)
     result = actions.cancel(conn, e["id"], seen_state="running", seen_token=1, operator="alice", reason="stuck")
     assert isinstance(result, Applied) and result.state == "cancel_requested"
-    assert "NOT stopped" in result.message
+    assert "NOT stopped" in action_message(result)
     with pytest.raises(BadInput, match="reason is required"):
         actions.cancel(conn, e["id"], seen_state="cancel_requested", seen_token=1, operator="a", reason="  ")
 
@@ -131,7 +132,7 @@ def test_mark_terminal_needs_force_for_live_lease(conn):
     assert isinstance(refused, Refused) and "live lease" in refused.reason
     applied = actions.mark_terminal(conn, e["id"], seen_state="running", seen_token=1, terminal_state="failed",
                                     operator="bob", reason="hung", force=True)
-    assert isinstance(applied, Applied) and applied.fenced and "fenced out" in applied.message
+    assert isinstance(applied, Applied) and applied.fenced and "fenced out" in action_message(applied)
 
 
 def test_lock_timeout_is_distinct_and_journaled(db, conn):

@@ -370,7 +370,7 @@ def test_a_supervisor_killed_mid_shutdown_leaves_nothing_half_done_and_the_next_
         # someone holds the grant's row: the reconcile step (revoke, record, terminate) blocks on it
         blocker = fleet.connect(autocommit=False)
         blocker.execute("select id from grants where id = %s for update", (g["id"],))
-        proc = subprocess.Popen([sys.executable, "-m", "console.operator.cli", "supervise", "--interval", "0.2",
+        proc = subprocess.Popen([sys.executable, "-m", "console", "supervise", "--interval", "0.2",
                                  "--id", "doomed", "--dsn", fleet.dsn], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

@@ -78,7 +78,7 @@ def test_demo_drain_of_the_planner_tree_ends_with_the_silent_sandbox_unaccounted
             assert tree["sandbox-1"] == "code-1" and tree["code-1"] == "planner-1", tree
             time.sleep(3)  # let calls flow through the tree
             drain = subprocess.run([str(LEASECTL), "drain", "planner-1", "--reason", "maintenance", "--window", "4",
-                                    "--dsn", db.dsn, "--operator", "dana"], capture_output=True, text=True, timeout=30)
+                                    "--dsn", db.dsn, "--operator", "dana", "--yes"], capture_output=True, text=True, timeout=30)
             assert drain.returncode == 0, drain.stdout + drain.stderr
             deadline = time.monotonic() + 30
             record = None

@@ -6,17 +6,20 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
 import platformdirs
+from rich.segment import Segment
 from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.color import Color
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -32,7 +35,7 @@ from console.operator.tui.screens.triage import TriageScreen
 from console.operator.tui.widgets.status import StatusBar, TroubleBanner
 from console.shared.clock import Clock
 from console.shared.errors import DatabaseUnavailable, LeasectlError, SchemaError
-from console.shared.health import sanitize
+from console.shared.text import sanitize, terminal_safe
 
 
 def write_crash_log(error: BaseException | None) -> Path:
@@ -47,6 +50,16 @@ def write_crash_log(error: BaseException | None) -> Path:
 CRUMB_SEPARATOR = " \N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} "
 SCREEN_TITLES = {"triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals", "fleet": "4 Fleet",
                  "reconciliations": "5 Reconciliations"}
+
+
+class TerminalSafe(LineFilter):
+    """The terminal's last line of defence: every drawn segment passes `terminal_safe`, so text a
+    screen forgot to sanitize shows as text and never acts on the terminal (see console.shared.text)."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        return [segment if segment.control or segment.text.isprintable()
+                else Segment(terminal_safe(segment.text), segment.style, segment.control)
+                for segment in segments]
 
 
 class LeasectlApp(App[None]):
@@ -87,6 +100,10 @@ class LeasectlApp(App[None]):
         self.failures = 0
         self._stop_listening = threading.Event()
         self._last_wake = 0.0
+        self._terminal_safe = TerminalSafe()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return [*super().get_line_filters(), self._terminal_safe]
 
     # ------------------------------------------------------------------ crashes
     def _handle_exception(self, error: Exception) -> None:

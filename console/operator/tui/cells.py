@@ -26,9 +26,9 @@ from console.shared.health import (
     health_label,
     heartbeat_urgency,
     lease_urgency,
-    sanitize,
 )
 from console.shared.models import JobSummary
+from console.shared.text import sanitize
 
 STYLE: dict[Urgency, str] = {
     "ok": "green",

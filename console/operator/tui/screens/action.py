@@ -21,6 +21,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from console.db import actions
 from console.db.connect import Conn
 from console.db.sql import load
+from console.operator import present
 from console.operator.tui.messages import ActionDone
 from console.shared.clock import FrozenClock
 from console.shared.errors import LeasectlError, RowLocked
@@ -303,7 +304,7 @@ class ActionDialog(GuardedDialog):
         text = Text()
         text.append("APPLIED — " if isinstance(result, Applied) else "REFUSED — ",
                     style="bold green" if isinstance(result, Applied) else "bold red")
-        text.append(result.message)
+        text.append(present.action_message(result))
         if result.request_id:
             text.append(f"\nrequest {result.request_id} is in the call's history.", style="dim")
         return text

@@ -22,8 +22,9 @@ from console.operator.tui.cells import plain, selected_row_key
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.health import counted, format_seconds, sanitize
+from console.shared.health import counted, format_seconds
 from console.shared.models import ApprovalQueue, ApprovalRow, JobSummary
+from console.shared.text import sanitize
 
 GROUPS = (
     ("mutating_unverifiable", "UNVERIFIABLE side effects — nobody can check; only a human decides"),

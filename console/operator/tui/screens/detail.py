@@ -22,8 +22,9 @@ from console.db.connect import Conn
 from console.operator.tui.cells import STYLE, health_cell, live_ages, plain, side_effect_cell, state_cell
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.health import HEALTH_MEANING, format_seconds, sanitize
+from console.shared.health import HEALTH_MEANING, format_seconds
 from console.shared.models import Event, Job, JobSummary, LineageRow
+from console.shared.text import sanitize
 
 
 class CallDetail(BaseModel):

@@ -23,11 +23,18 @@ from console.db import reads
 from console.db.connect import Conn
 from console.operator.tui.cells import plain, selected_row_key
 from console.operator.tui.screens.base import PollingScreen
-from console.operator.tui.screens.shutdown import subtree
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.fleet_words import AGENT_STATE_STYLE, grant_words, shutdown_phase, stopped_label, tree_prefixes
-from console.shared.health import counted, format_seconds, sanitize
+from console.shared.fleet_words import (
+    AGENT_STATE_STYLE,
+    grant_words,
+    shutdown_phase,
+    stopped_label,
+    subtree,
+    tree_prefixes,
+)
+from console.shared.health import counted, format_seconds
 from console.shared.models import FleetAgent, FleetSnapshot, Shutdown, ShutdownMode
+from console.shared.text import sanitize
 
 AGENT_COLUMNS = (("agent", "agent", 26), ("kind", "kind", 9), ("state", "state", 11), ("seen", "seen ago", 8),
                  ("running", "calls", 5), ("queued", "queued", 6), ("grants", "grants", 9),

@@ -24,8 +24,9 @@ from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.fleet_words import RESOLUTION_MEANING, RESOLUTION_STYLE
-from console.shared.health import counted, format_seconds, sanitize
+from console.shared.health import counted, format_seconds
 from console.shared.models import ChildEntry, GrantEntry, ReconciliationRecord
+from console.shared.text import sanitize
 
 RECORD_COLUMNS = (("written", "written", 19), ("shutdown", "shutdown of", 22), ("unaccounted", "unaccounted", 13),
                   ("calls", "calls", 5), ("revoked", "revoked", 7), ("expired", "expired", 7))

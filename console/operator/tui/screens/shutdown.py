@@ -14,25 +14,14 @@ from textual.widgets import Input, Label
 
 from console.db import actions
 from console.db.connect import Conn
+from console.operator import present
 from console.operator.tui.screens.action import GuardedDialog
-from console.shared.fleet_words import seconds
-from console.shared.health import counted, sanitize
+from console.shared.fleet_words import seconds, subtree
+from console.shared.health import counted
 from console.shared.models import FleetAgent, ShutdownMode, ShutdownRequested, ShutdownResult
+from console.shared.text import sanitize
 
 DEFAULT_WINDOW = {"drain": 300, "abort": 60}
-
-
-def subtree(agents: list[FleetAgent], root_id: str) -> list[FleetAgent]:
-    """The root and everything below it, from agents listed parents first (preorder)."""
-    for i, agent in enumerate(agents):
-        if agent.id == root_id:
-            below = []
-            for other in agents[i + 1:]:
-                if other.depth <= agent.depth:
-                    break
-                below.append(other)
-            return [agent, *below]
-    return []
 
 
 class ShutdownDialog(GuardedDialog):
@@ -119,7 +108,7 @@ class ShutdownDialog(GuardedDialog):
             text.append("REQUESTED — ", style="bold green")
         else:
             text.append("REFUSED — ", style="bold red")
-        text.append(sanitize(getattr(result, "message", str(result))))
+        text.append(present.shutdown_message(result))  # type: ignore[arg-type]
         request_id = getattr(result, "request_id", None)
         if request_id:
             text.append(f"\nrequest {request_id} is in the fleet journal.", style="dim")

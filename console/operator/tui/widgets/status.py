@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from console.shared.health import format_seconds, sanitize
+from console.shared.health import format_seconds
+from console.shared.text import sanitize
 
 
 class TopChrome(Vertical):

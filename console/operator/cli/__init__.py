@@ -1,0 +1,96 @@
+"""The leasectl command line: thin. It parses options and calls the functions the console uses.
+
+`leasectl` alone opens the console. `--dsn`, `--read-only` and `--operator` may stand before the
+command or after it; given in both places with different values they are refused, never one of
+them silently ignored. Exit codes: see console.operator.cli.common.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+import console
+from console.operator.cli import admin, calls, fleet  # noqa: F401 - each registers its commands
+from console.operator.cli.common import (
+    Before,
+    app,
+    dsn_option,
+    err,
+    friendly,
+    operator_option,
+    read_only_option,
+    set_before,
+)
+from console.shared.errors import BadInput
+
+
+def version() -> str:
+    try:
+        return metadata.version("leasectl")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return console.__version__
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"leasectl {version()}")
+        raise typer.Exit(0)
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    dsn: Annotated[str | None, typer.Option("--dsn", show_default=False, help="PostgreSQL connection string "
+                                            "(else LEASECTL_DSN, DATABASE_URL, PG* variables)")] = None,
+    read_only: Annotated[bool, typer.Option("--read-only", help="No action is possible; the database "
+                                                                "session itself is read-only")] = False,
+    operator: Annotated[str | None, typer.Option("--operator", help="Your name in the journal "
+                                                                    "(default: $USER)")] = None,
+    poll: Annotated[float | None, typer.Option("--poll", min=0.2, help="Seconds between the console's "
+                                               "refreshes (NOTIFY refreshes sooner); default 2")] = None,
+    show_version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                               help="Print the version and exit")] = False,
+) -> None:
+    """Open the console (when no command is given)."""
+    set_before(Before(dsn=dsn, read_only=read_only, operator=operator, poll=poll))
+    if ctx.invoked_subcommand is None:
+        friendly(_run_console)(poll)
+    elif poll is not None and ctx.invoked_subcommand != "demo":
+        friendly(_refuse)("--poll is an option of the console (leasectl with no command, or leasectl demo)")
+
+
+def _refuse(message: str) -> None:
+    raise BadInput(message)
+
+
+def _run_console(poll: float | None) -> None:
+    from console.db.session import ConsoleSession
+    from console.operator.tui.app import LeasectlApp
+
+    session = ConsoleSession(dsn_option(None), operator=operator_option(None), read_only=read_only_option())
+    LeasectlApp(session, poll_seconds=poll or 2.0).run()
+
+
+def _undecodable_argument() -> str | None:
+    """An argument that is not valid UTF-8 (Python keeps its bytes as lone surrogates)."""
+    for arg in sys.argv[1:]:
+        if any("\udc80" <= ch <= "\udcff" for ch in arg):
+            return arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return None
+
+
+def main() -> None:
+    """Entry point of the `leasectl` command."""
+    bad = _undecodable_argument()
+    if bad is not None:
+        err.print(f"[bold red]error:[/] the argument '{escape(bad)}' is not valid UTF-8: nothing was done")
+        raise SystemExit(2)
+    app(prog_name="leasectl")
+
+
+__all__ = ["app", "main", "version"]

@@ -1,0 +1,128 @@
+"""The schema, doctor, the demo and the pictures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from console.db.connect import connect
+from console.db.migrate import migrate as run_migrations
+from console.operator.cli.common import (
+    DsnOption,
+    OperatorOption,
+    app,
+    before,
+    dsn_option,
+    err,
+    friendly,
+    operator_option,
+    out,
+    read_only_option,
+    refuse_if_read_only,
+)
+from console.operator.doctor import diagnose
+from console.shared.errors import BadInput
+from console.shared.health import counted
+from console.shared.text import sanitize
+
+
+@app.command()
+@friendly
+def migrate(dsn: DsnOption = None) -> None:
+    """Create or upgrade the schema (idempotent; serialised between concurrent migrators)."""
+    refuse_if_read_only("migrate")
+    with connect(dsn_option(dsn)) as conn:
+        report = run_migrations(conn)
+    for notice in report.notices:
+        err.print(f"[yellow]notice:[/] {escape(sanitize(notice))}")
+    if report.applied:
+        out.print(f"applied {', '.join(report.applied)}; schema version {report.version}")
+    else:
+        out.print(f"schema version {report.version}: up to date")
+
+
+@app.command()
+@friendly
+def doctor(dsn: DsnOption = None) -> None:
+    """Check connection, schema version, roles, triggers and tool lease sizing; say what to fix."""
+    checks = diagnose(dsn_option(dsn))
+    table = Table(show_header=True, header_style="bold", expand=False)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    table.add_column("fix", overflow="fold")
+    colors = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+    for c in checks:
+        # tool names, role names and server text come from the database: shown as text
+        table.add_row(escape(sanitize(c.name, max_chars=80)), f"[{colors[c.status]}]{c.status.upper()}[/]",
+                      escape(sanitize(c.detail, single_line=False)), escape(sanitize(c.fix, single_line=False)))
+    out.print(table)
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        err.print(f"[bold red]{counted(len(failed), 'check')} failed[/]")
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def demo(
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo's PostgreSQL keeps its data "
+                                                                     "(reused across runs)")] = None,
+    reset: Annotated[bool, typer.Option("--reset", help="Start over with an empty database")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same situations in the same order")] = 7,
+    no_tui: Annotated[bool, typer.Option("--no-tui", help="Run only the fleet (point another console or the "
+                                                          "CLI at it)")] = False,
+    dsn: DsnOption = None,
+    duration: Annotated[float | None, typer.Option("--duration", min=1, help="Stop after this many seconds "
+                                                                            "(--no-tui)")] = None,
+    tempo: Annotated[float, typer.Option("--tempo", min=0.05, max=10, help="Multiply every duration (leases, "
+                                                                          "timeouts, schedule) by this")] = 1.0,
+    operator: OperatorOption = None,
+) -> None:
+    """A live simulated fleet on an embedded PostgreSQL, with every trouble the console exists for."""
+    from console.demo.run import Announcer, DemoOptions, default_data_dir, log_to_file, run_demo
+
+    explicit_dsn = dsn if dsn is not None else before().dsn
+    options = DemoOptions(data_dir=data_dir or default_data_dir(), reset=reset, seed=seed, tui=not no_tui,
+                          dsn=dsn_option(dsn) if explicit_dsn else None, duration=duration, tempo=tempo,
+                          operator=operator_option(operator))
+    read_only = read_only_option()
+    poll = before().poll
+
+    def open_console(demo_dsn: str) -> None:
+        from console.db.session import ConsoleSession
+        from console.operator.tui.app import LeasectlApp
+
+        session = ConsoleSession(demo_dsn, operator=options.operator, read_only=read_only, label="leasectl_demo")
+        LeasectlApp(session, poll_seconds=poll or 2.0).run()
+
+    run_demo(options, Announcer(time.monotonic(), log_to_file(options.data_dir) if options.tui else None),
+             open_console if options.tui else None)
+
+
+@app.command()
+@friendly
+def screenshots(
+    directory: Annotated[Path, typer.Option("--out", help="Directory for the SVG files")] = Path("screenshots"),
+) -> None:
+    """Write an SVG of every screen and dialog (the fixed demo scenario, at its pinned instant)."""
+    from console.demo.embedded import throwaway_server
+    from console.demo.scenario import load_fixed_scenario
+    from console.operator.tui.pictures import SHOTS, capture
+
+    if directory.exists() and not directory.is_dir():
+        raise BadInput(f"--out {sanitize(str(directory))} is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    with throwaway_server() as dsn:
+        with connect(dsn) as conn:
+            run_migrations(conn)
+            load_fixed_scenario(conn)
+        for shot in SHOTS:
+            path = asyncio.run(capture(dsn, shot, directory))
+            out.print(f"{escape(str(path))}  [dim]{escape(shot.title)}[/]")

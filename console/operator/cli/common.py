@@ -1,0 +1,199 @@
+"""What every command shares: the app, the terminal, the options that may stand before or after
+the command, the error handler, and the way to a database.
+
+Exit codes (contract): 0 done, 1 anything else (database unreachable, not allowed), 2 bad input or
+not confirmed (nothing changed), 3 refused by a guard, 4 a violation found by `audit verify`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.segment import Segment
+
+from console.db.connect import Conn, connect, run
+from console.db.migrate import check_compatible
+from console.shared.config import default_operator, resolve_dsn
+from console.shared.errors import BadInput, LeasectlError, ReadOnlySession
+from console.shared.text import sanitize, terminal_safe
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+app = typer.Typer(
+    name="leasectl",
+    help="Operator console for long-running agent tool calls kept in PostgreSQL.",
+    add_completion=False,
+    no_args_is_help=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class TerminalConsole(Console):
+    """A rich console whose every drawn segment passes `terminal_safe`: whatever a message forgot
+    to sanitize reaches the terminal as text, never as an escape. Rich's own control segments
+    (cursor moves of a progress bar) are its own and pass."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(terminal_safe(segment.text), segment.style)
+            for segment in buffer)
+
+
+out = TerminalConsole(highlight=False, soft_wrap=True, emoji=False)
+err = TerminalConsole(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+def print_json(value: object) -> None:
+    """Machine-readable output: exact values, ASCII only (every control, bidi or non-ASCII
+    character escaped as \\uXXXX), so it is safe on a terminal and loses nothing."""
+    sys.stdout.write(json.dumps(value, default=str, ensure_ascii=True, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def friendly(fn: F) -> F:
+    """Turn leasectl errors into a message and their exit code; never show a traceback for them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LeasectlError as exc:
+            err.print(f"[bold red]error:[/] {escape(sanitize(str(exc)))}")
+            if exc.hint:
+                err.print(f"[dim]hint:[/] {escape(sanitize(exc.hint))}")
+            raise typer.Exit(exc.exit_code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("LEASECTL_DEBUG"):
+                raise
+            err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {escape(sanitize(str(exc)))}")
+            err.print("[dim]hint:[/] run again with LEASECTL_DEBUG=1 for the details, and report it")
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- the options
+
+
+class Before(BaseModel):
+    """The options given before the command (`leasectl --dsn X jobs`); merged with the same
+    options given after it, so that neither position is ever silently ignored."""
+
+    dsn: str | None = None
+    read_only: bool = False
+    operator: str | None = None
+    poll: float | None = None
+
+
+# set by the root callback, which runs before every command of this invocation
+_before: ContextVar[Before | None] = ContextVar("leasectl_before", default=None)
+
+
+def set_before(options: Before) -> None:
+    _before.set(options)
+
+
+def before() -> Before:
+    return _before.get() or Before()
+
+
+def _merge(name: str, early: str | None, late: str | None) -> str | None:
+    if early is not None and late is not None and early != late:
+        raise BadInput(f"{name} is given twice, before the command ('{sanitize(early)}') and after it "
+                       f"('{sanitize(late)}'): give it once")
+    return late if late is not None else early
+
+
+def dsn_option(late: str | None) -> str:
+    """The DSN: --dsn (either position), else LEASECTL_DSN, DATABASE_URL, libpq's PG* variables."""
+    return resolve_dsn(_merge("--dsn", before().dsn, late))
+
+
+def operator_option(late: str | None) -> str:
+    name = _merge("--operator", before().operator, late) or default_operator()
+    if not name.strip():
+        raise BadInput("--operator must not be empty: it is journaled with the action")
+    return name.strip()
+
+
+def read_only_option() -> bool:
+    return before().read_only
+
+
+def refuse_if_read_only(what: str) -> None:
+    if read_only_option():
+        raise ReadOnlySession(f"refused: --read-only was given, and {what} changes data. Nothing was sent "
+                              "to the database.")
+
+
+def connect_for_reading(dsn: str | None) -> Conn:
+    """A connection with leasectl's limits on a compatible schema; read-only in the database
+    (and as leasectl_auditor where the role may) when --read-only was given."""
+    read_only = read_only_option()
+    conn = connect(dsn_option(dsn), read_only=read_only)
+    try:
+        if read_only:
+            run(conn, "meta/assume_auditor")
+        check_compatible(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_for_acting(dsn: str | None, what: str) -> Conn:
+    refuse_if_read_only(what)
+    return connect_for_reading(dsn)
+
+
+def confirm(question: str) -> None:
+    """Ask on stderr, read the answer from stdin. Anything but yes, or no answer at all, changes
+    nothing and exits 2 (bad input: the question was not answered yes)."""
+    try:
+        answered = typer.confirm(question, default=False, err=True)
+    except typer.Abort:  # end of input: nobody said yes
+        answered = False
+    if not answered:
+        err.print("not confirmed: nothing changed (pass --yes to skip the question)")
+        raise typer.Exit(2)
+
+
+def answer(applied: bool, message: str, detail: str) -> None:
+    """The database's answer to an action: applied (exit 0) or refused by its guard (exit 3)."""
+    if applied:
+        out.print(f"[bold green]applied:[/] {escape(message)}")
+        out.print(f"[dim]{escape(detail)}[/]")
+        return
+    err.print(f"[bold red]refused:[/] {escape(message)}")
+    err.print(f"[dim]{escape(detail)}[/]")
+    raise typer.Exit(3)
+
+
+# ----------------------------------------------------------------------------- shared annotations
+
+DsnOption = Annotated[
+    str | None,
+    typer.Option("--dsn", show_default=False,
+                 help="PostgreSQL connection string (else LEASECTL_DSN, DATABASE_URL, PG* variables); "
+                      "before or after the command"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (contract column names)")]
+JobArgument = Annotated[str, typer.Argument(help="Call id, or a unique prefix of it", show_default=False)]
+ReasonOption = Annotated[str, typer.Option("--reason", help="Why (required; journaled with your name)",
+                                           show_default=False)]
+OperatorOption = Annotated[str | None, typer.Option("--operator", help="Your name in the journal (default: "
+                                                                       "$USER); before or after the command")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; act on the state just read")]

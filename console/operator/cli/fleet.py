@@ -1,0 +1,164 @@
+"""The fleet (seed 003): the agent tree, drain and abort of a subtree, reconciliation records, the
+control plane."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from console.control.supervisor import Supervisor, TickReport
+from console.db import actions, reads
+from console.operator import present
+from console.operator.cli.common import (
+    DsnOption,
+    JsonOption,
+    OperatorOption,
+    ReasonOption,
+    answer,
+    app,
+    confirm,
+    connect_for_acting,
+    connect_for_reading,
+    dsn_option,
+    err,
+    friendly,
+    operator_option,
+    out,
+    print_json,
+    refuse_if_read_only,
+)
+from console.shared.errors import BadInput
+from console.shared.fleet_words import subtree
+from console.shared.models import ShutdownMode, ShutdownRequested
+from console.shared.text import sanitize
+
+AgentArgument = Annotated[str, typer.Argument(help="The agent at the root of the subtree", show_default=False)]
+WindowOption = Annotated[float, typer.Option("--window", help="Seconds for in-flight calls (drain: to finish; "
+                                                              "abort: to confirm their cancel)")]
+ShutdownYesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not show the subtree and ask; act")]
+
+
+@app.command()
+@friendly
+def fleet(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """The agent tree (state, last seen, live calls, grants held) and the shutdowns."""
+    with connect_for_reading(dsn) as conn:
+        snapshot = reads.fleet(conn)
+    if as_json:
+        print_json(snapshot.model_dump(mode="json"))
+        return
+    for table in present.fleet_tables(snapshot):
+        out.print(table)
+    if not snapshot.agents:
+        err.print("no agent is registered")
+
+
+def _shutdown(mode: ShutdownMode, agent: str, reason: str, window: float, operator: str | None, yes: bool,
+              dsn: str | None) -> None:
+    if not reason.strip():
+        raise BadInput("--reason must not be empty: it is journaled with the request")
+    who = operator_option(operator)
+    with connect_for_acting(dsn, mode) as conn:
+        snapshot = reads.fleet(conn)
+        tree = subtree(snapshot.agents, agent)
+        if not tree:
+            raise BadInput(f"no agent {sanitize(agent)}", hint="`leasectl fleet` lists the agents")
+        # the blast radius first: what the shutdown will touch, as read now
+        err.print(present.subtree_summary(mode, tree, snapshot.grants))
+        if not yes:
+            confirm(f"{mode.capitalize()} this subtree ({present.subtree_counts(tree)})?")
+        result = actions.request_shutdown(conn, agent, mode=mode, operator=who, reason=reason,
+                                          window_seconds=window)
+    if isinstance(result, ShutdownRequested):
+        answer(True, present.shutdown_message(result), f"shutdown {result.shutdown.id}, request {result.request_id}; "
+                                                       "`leasectl supervise` carries it out")
+    else:
+        answer(False, present.shutdown_message(result), f"request {result.request_id} (journaled in fleet_events)")
+
+
+@app.command()
+@friendly
+def drain(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 300.0,
+          operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
+    """Drain a subtree: new calls refused, queued ones cancelled, running ones get the window to
+    finish; then what still runs is aborted, and the supervisor writes the reconciliation record.
+    Without --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
+    _shutdown("drain", agent, reason, window, operator, yes, dsn)
+
+
+@app.command()
+@friendly
+def abort(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 60.0,
+          operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
+    """Abort a subtree: running calls get cancel requested; what is unconfirmed at the end of the
+    window is fenced (an unverifiable side effect -> outcome unknown), then reconciled.
+    Without --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
+    _shutdown("abort", agent, reason, window, operator, yes, dsn)
+
+
+@app.command()
+@friendly
+def reconciliations(
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many records, newest first")] = 20,
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Reconciliation records, newest first: unaccounted children, in-flight calls and how each
+    resolved, grants revoked vs. expired."""
+    with connect_for_reading(dsn) as conn:
+        records = reads.reconciliations(conn, limit=limit)
+    if as_json:
+        print_json([r.contract() for r in records])
+        return
+    for record in records:
+        out.print(present.reconciliation_panel(record))
+    if not records:
+        err.print("no reconciliation record yet")
+
+
+@app.command()
+@friendly
+def supervise(
+    once: Annotated[bool, typer.Option("--once", help="One pass (sweep, then one step of every shutdown), "
+                                                      "then exit")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between passes (a requested "
+                                                                        "shutdown wakes it sooner)")] = 1.0,
+    sweep_interval: Annotated[float, typer.Option("--sweep-interval", min=0.1, help="Seconds between "
+                                                  "expired-lease sweeps")] = 5.0,
+    supervisor_id: Annotated[str | None, typer.Option("--id", help="Name written into reconciliation "
+                                                      "records (default supervisor@host:pid)")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Run the control plane: carry out drains and aborts, write reconciliation records, sweep
+    expired leases. Safe to run several at once and to kill at any moment."""
+    refuse_if_read_only("supervise")
+
+    def show(report: TickReport) -> None:
+        for line in report.notes:
+            out.print(escape(sanitize(line)))
+        for line in report.failures:
+            err.print(f"[yellow]will retry:[/] {escape(sanitize(line))}")
+
+    with connect_for_reading(dsn):  # fail fast, with the usual message, on a wrong DSN or an old schema
+        pass
+    supervisor = Supervisor(dsn_option(dsn), supervisor_id=supervisor_id, interval=interval,
+                            sweep_interval=sweep_interval, on_report=show)
+    if once:
+        report = supervisor.once()
+        show(report)
+        for line in report.waiting:
+            out.print(f"[dim]waiting:[/] {escape(sanitize(line))}")
+        if not (report.notes or report.waiting or report.failures):
+            err.print("nothing to do")
+        raise typer.Exit(1 if report.failures else 0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    err.print(f"supervising as {escape(sanitize(supervisor.supervisor_id))} (ctrl+c stops)")
+    try:
+        supervisor.run(stop)
+    except KeyboardInterrupt:
+        stop.set()
