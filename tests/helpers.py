@@ -103,9 +103,11 @@ def sweep(conn: Conn) -> list[dict]:
 
 
 def job(conn: Conn, job_id: Any) -> dict:
+    """Everything about a call, its payload and result included."""
     row = run_one(conn, "views/job", job_id=job_id)
     assert row is not None, f"no job {job_id}"
-    return row
+    document = run_one(conn, "views/job_document", job_id=job_id)
+    return {**row, **(document or {})}
 
 
 def events(conn: Conn, job_id: Any) -> list[dict]:
@@ -135,6 +137,22 @@ def expire_lease(conn: Conn, job_id: Any) -> None:
     ).fetchone()["gone"], timeout=30, what="the lease to expire")
 
 
+def record_event(conn: Conn, job: dict, kind: str, actor: str, token: int | None = None,
+                 details: Any = None) -> dict | None:
+    return run_one(conn, "worker/record_event", job_id=job["id"], kind=kind, actor=actor,
+                   fencing_token=job["fencing_token"] if token is None else token,
+                   details=Jsonb(details) if details is not None else None)
+
+
+def as_login(db: Any, login: str) -> Conn:
+    """A session of leasectl's own kind (timeouts, dict rows, autocommit) as another login role."""
+    from psycopg.conninfo import make_conninfo
+
+    from console.db.connect import connect
+
+    return connect(make_conninfo(db.dsn, user=login))
+
+
 def ensure_login(admin: Any, login: str, group: str | None = None) -> None:
     """Create a login role once, whichever parallel test process gets there first."""
     import psycopg
@@ -144,7 +162,14 @@ def ensure_login(admin: Any, login: str, group: str | None = None) -> None:
     except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
         pass
     if group:
-        admin.execute(f"grant {group} to {login}")
+        for attempt in range(5):
+            try:
+                admin.execute(f"grant {group} to {login}")
+                return
+            except psycopg.errors.InternalError:  # "tuple concurrently updated": granted at this moment
+                if attempt == 4:
+                    raise
+                time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------- fleet

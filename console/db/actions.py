@@ -12,8 +12,10 @@ import uuid
 
 from console.db.connect import Conn, run, run_one
 from console.db.reads import job, shutdown
+from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.models import (
+    TERMINAL_STATES,
     Action,
     ActionResult,
     Applied,
@@ -35,6 +37,22 @@ QUERY = {
 }
 
 
+def checked_words(reason: str, operator: str) -> tuple[str, str]:
+    """The reason and the operator's name as they will be journaled: required, and bounded (a
+    reason is an input, not a place for a pasted log)."""
+    reason, operator = reason.strip(), operator.strip()
+    if not reason:
+        raise BadInput("a reason is required: it is journaled with the action")
+    if len(reason) > MAX_REASON_CHARS:
+        raise BadInput(f"the reason is {len(reason):,} characters long; at most {MAX_REASON_CHARS:,} are journaled",
+                       hint="link to the ticket or the log instead of pasting it")
+    if not operator:
+        raise BadInput("an operator name is required")
+    if len(operator) > MAX_OPERATOR_CHARS:
+        raise BadInput(f"the operator name is longer than {MAX_OPERATOR_CHARS} characters")
+    return reason, operator
+
+
 def cancel(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
            reason: str) -> ActionResult:
     return _act(conn, "cancel", job_id, seen_state, seen_token, operator, reason)
@@ -42,7 +60,7 @@ def cancel(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, o
 
 def mark_terminal(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, terminal_state: str,
                   operator: str, reason: str, force: bool = False) -> ActionResult:
-    if terminal_state not in ("succeeded", "failed", "cancelled"):
+    if terminal_state not in TERMINAL_STATES:
         raise BadInput(f"cannot mark a call '{terminal_state}': use succeeded, failed or cancelled")
     return _act(conn, "mark_terminal", job_id, seen_state, seen_token, operator, reason,
                 terminal_state=terminal_state, force=force)
@@ -67,12 +85,7 @@ def perform(conn: Conn, action: Action, job_id: uuid.UUID, *, seen_state: str, s
 
 def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_token: int,
          operator: str, reason: str, **extra: object) -> ActionResult:
-    reason = reason.strip()
-    operator = operator.strip()
-    if not reason:
-        raise BadInput("a reason is required: it is journaled with the action")
-    if not operator:
-        raise BadInput("an operator name is required")
+    reason, operator = checked_words(reason, operator)
     request_id = uuid.uuid4()
     try:
         with conn.transaction():
@@ -80,7 +93,8 @@ def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_to
             row = run_one(conn, QUERY[action], job_id=job_id, seen_state=seen_state, seen_token=seen_token,
                           operator=operator, reason=reason, **extra)
     except (RowLocked, StatementTimedOut) as exc:
-        _journal_failure(conn, action, job_id, operator, reason, str(exc), seen_state, seen_token, request_id)
+        _journal_failure(conn, action, job_id, operator, reason, str(exc), seen_state, seen_token, request_id,
+                         cause="lock_timeout" if isinstance(exc, RowLocked) else "statement_timeout")
         raise
     if row is not None:
         return Applied(action=action, job_id=job_id, state=row["state"], fencing_token=row["fencing_token"],
@@ -96,11 +110,12 @@ def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_to
 
 
 def _journal_failure(conn: Conn, action: str, job_id: uuid.UUID, operator: str, reason: str, error: str,
-                     seen_state: str, seen_token: int, request_id: uuid.UUID) -> None:
+                     seen_state: str, seen_token: int, request_id: uuid.UUID, *, cause: str) -> None:
+    """details.cause tells lock waits (lock_timeout, 55P03) from heavy statements (statement_timeout, 57014)."""
     try:
         run_one(conn, "operator/journal_failure", job_id=job_id, action=action, operator=operator,
                 reason=reason, error=error, seen_state=seen_state, seen_token=seen_token,
-                request_id=request_id)
+                request_id=request_id, cause=cause)
     except LeasectlError as exc:  # the journal is best effort here: the action itself did nothing
         log.warning("could not journal the failed %s on %s: %s", action, job_id, exc)
 
@@ -117,14 +132,9 @@ def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator:
     Refused (the truth, journaled) when the agent is not running or a shutdown over its subtree
     is already under way; an operator who is an agent of that subtree is refused by the database.
     """
-    reason = reason.strip()
-    operator = operator.strip()
+    reason, operator = checked_words(reason, operator)
     if mode not in ("drain", "abort"):
         raise BadInput(f"unknown shutdown mode '{mode}': drain or abort")
-    if not reason:
-        raise BadInput("a reason is required: it is journaled with the request")
-    if not operator:
-        raise BadInput("an operator name is required")
     if not 0 < window_seconds <= MAX_WINDOW_SECONDS:
         raise BadInput(f"the window must be more than 0 and at most {MAX_WINDOW_SECONDS} seconds "
                        f"(got {window_seconds:g})")

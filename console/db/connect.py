@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -66,13 +64,6 @@ def connect(
     return conn
 
 
-@contextmanager
-def connection(dsn: str, **kwargs: Any) -> Iterator[Conn]:
-    conn = connect(dsn, **kwargs)
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 def run(conn: Conn, name: str, /, **params: Any) -> list[Row]:
@@ -113,6 +104,16 @@ def translate_error(exc: psycopg.Error, where: str) -> LeasectlError:
                                  hint="the database is slow or overloaded")
     if state == "25006":
         return ReadOnlySession("refused: this session is read-only")
+    identity_hint = ("give the worker a worker_id bound to its login (queries/worker/check_identity.sql "
+                     "says which), or give each worker its own login role")
+    if state == "LCS08":  # a worker id not bound to the login: the database names both
+        return PermissionDenied(detail, hint=exc.diag.message_hint or identity_hint)
+    if state == "42501" and "row-level security" in detail:
+        # RLS says only "new row violates row-level security policy" (no login, no worker id):
+        # say what the rule is; a claim under a foreign id gets the named LCS08 above instead
+        return PermissionDenied("this write would leave a call that is not yours: a leasectl_worker login owns "
+                                "and writes calls only as <login> or <login>:<name>, <login> being its own "
+                                f"role ({detail})", hint=identity_hint)
     if state == "42501":
         return PermissionDenied(f"permission denied: {detail}",
                                 hint="your database role lacks the privilege for this action")

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from console.db.connect import Conn, connect, run, run_one
+from console.db.connect import Conn, connect, run
 from console.db.migrate import check_compatible
 from console.db.reads import db_info
 from console.shared.config import CONSOLE_LIMITS, SessionLimits
@@ -23,8 +22,10 @@ log = logging.getLogger("leasectl.session")
 
 class ConsoleSession:
     def __init__(self, dsn: str, *, operator: str, read_only: bool = False, clock: str | None = None,
-                 label: str | None = None, limits: SessionLimits = CONSOLE_LIMITS) -> None:
+                 label: str | None = None, limits: SessionLimits = CONSOLE_LIMITS,
+                 shown_dsn: str | None = None) -> None:
         self.dsn = dsn
+        self.shown_dsn = shown_dsn  # what `?` shows instead of the DSN (the pictures pin it)
         self.operator = operator
         self.read_only_requested = read_only
         self.clock = clock
@@ -63,7 +64,7 @@ class ConsoleSession:
         elif info.session_read_only:
             self.read_only_reason = "the database session is read-only"
         elif not info.can_act:
-            self.read_only_reason = f"role {info.role} may not act (no UPDATE on tool_jobs)"
+            self.read_only_reason = f"role {info.role} may not act (no EXECUTE on the operator functions)"
         else:
             self.read_only_reason = None
         return info
@@ -156,17 +157,4 @@ class ConsoleSession:
                     pass
 
 
-def wait_for_database(dsn: str, seconds: float) -> bool:
-    """True once a connection succeeds within `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            connect(dsn, connect_timeout=2).close()
-            return True
-        except LeasectlError:
-            time.sleep(0.2)
-    return False
 
-
-def server_now(session: ConsoleSession) -> Any:
-    return session.read(lambda c: (run_one(c, "views/db_info") or {}).get("db_now"))

@@ -20,7 +20,10 @@ EXPECTED_TRIGGERS = {
     "shutdowns_guard", "grants_guard", "agents_guard", "agents_journal", "shutdowns_journal",
     "grants_journal", "reconciliation_records_append_only", "reconciliation_records_no_truncate",
     "fleet_events_append_only", "fleet_events_no_truncate",
+    # who may write what (0005): every fleet event records its db_role
+    "fleet_events_stamp",
 }
+WORKER_POLICY = "tool_jobs_worker_update"
 TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
 
 
@@ -45,7 +48,7 @@ def diagnose(dsn: str) -> list[Check]:
         checks.append(schema)
         if schema.status == "fail" and "no leasectl schema" in schema.detail:
             return checks
-        checks += [_triggers(conn), *_roles(conn), *_tools(conn), *_activity(conn)]
+        checks += [_triggers(conn), *_roles(conn), *_identity(conn), *_tools(conn), *_activity(conn)]
     return checks
 
 
@@ -120,6 +123,59 @@ def _roles(conn: Conn) -> list[Check]:
         checks.append(Check("login roles", "warn",
                             "login roles lack the timeouts of their leasectl group "
                             "(role settings are not inherited)", "\n".join(fixes)))
+    return checks
+
+
+def _identity(conn: Conn) -> list[Check]:
+    """Whether a worker login is held to its own calls, and what weakens that binding."""
+    checks: list[Check] = []
+    rls = run_one(conn, "meta/doctor_row_security")
+    if rls is None:
+        return checks
+    if not rls["enabled"]:
+        checks.append(Check("row security", "fail",
+                            "row level security is off on tool_jobs: a worker login can write any call",
+                            "ALTER TABLE tool_jobs ENABLE ROW LEVEL SECURITY;"))
+    elif rls["worker_role_exists"] and WORKER_POLICY not in rls["policies"]:
+        checks.append(Check("row security", "fail", f"policy {WORKER_POLICY} is missing: worker logins "
+                            "can write no call at all", "re-create the schema (migration 0005)"))
+    else:
+        checks.append(Check("row security", "ok",
+                            "a worker login owns calls only as <login> or <login>:<name>"))
+    for r in run(conn, "meta/doctor_worker_logins"):
+        login = r["login"]
+        problems, fixes = [], []
+        also = [g for g, flag in (("leasectl_operator", r["also_operator"]),
+                                  ("leasectl_supervisor", r["also_supervisor"])) if flag]
+        if also:
+            problems.append(f"also a member of {' and '.join(also)}: its worker identity cannot be bound "
+                            "(those rights let it write calls it does not own, and its writes cannot be "
+                            "told from an operator's or the control plane's)")
+            fixes.append(f"REVOKE {', '.join(also)} FROM {login}; and give that role a login of its own")
+        if r["unbound"]:
+            problems.append("row level security does not apply to it (BYPASSRLS or the tables' owner): "
+                            "it may write any call under any worker id")
+            fixes.append(f"ALTER ROLE {login} NOBYPASSRLS; or run workers under a login of their own")
+        if r["ambiguous_name"]:
+            problems.append("its name contains ':', so its worker ids can be confused with another "
+                            "login's `<login>:<name>` ids")
+            fixes.append("name worker login roles without ':'")
+        if problems:
+            checks.append(Check(f"worker login {login}", "warn", "; ".join(problems), "\n".join(fixes)))
+    try:
+        shared = run(conn, "meta/doctor_shared_logins")
+    except LeasectlError as exc:  # a huge history under a tight statement_timeout: say so, go on
+        checks.append(Check("shared worker logins", "warn", f"could not check: {exc}"))
+        return checks
+    for r in shared:
+        names = ", ".join(r["examples"]) + (", ..." if r["worker_names"] > len(r["examples"]) else "")
+        checks.append(Check(
+            f"shared worker login {r['login']}", "warn",
+            f"login {r['login']} ran {r['worker_names']} workers in the last hour ({names}): it works, "
+            "but the database cannot tell those workers apart -- any one of them can write the others' "
+            "calls (finish, fail or renew them)",
+            "give each worker its own login role: CREATE ROLE <name> LOGIN IN ROLE leasectl_worker; "
+            "and run it with worker_id <name> (one login per worker keeps RLS meaningful)"))
     return checks
 
 

@@ -38,7 +38,7 @@ from psycopg.types.json import Jsonb
 
 from console.db.connect import Conn, connect, run_one
 from console.shared.config import WORKER_LIMITS, SessionLimits
-from console.shared.errors import DatabaseUnavailable, LeasectlError
+from console.shared.errors import DatabaseUnavailable, LeasectlError, PermissionDenied, ProtocolViolation
 
 log = logging.getLogger("leasectl.worker")
 
@@ -361,6 +361,7 @@ class Worker:
     _pending_events: list[tuple[ClaimedCall, str, dict[str, Any]]] = field(
         default_factory=list, init=False, repr=False)
     _beat_cond: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _identity_checked: bool = field(default=False, init=False, repr=False)
     _active: Heartbeat | None = field(default=None, init=False, repr=False)
     _beater: threading.Thread | None = field(default=None, init=False, repr=False)
     _closing: bool = field(default=False, init=False, repr=False)
@@ -461,6 +462,10 @@ class Worker:
                     run_one(self._heartbeat_conn(), "worker/record_event", job_id=call.id, kind=kind,
                             actor=self.worker_id, fencing_token=call.fencing_token,
                             details=Jsonb(details))
+                except ProtocolViolation as exc:
+                    # the database will never accept this one (not ours to write): keep the log
+                    # line, drop the event, and let the ones behind it through
+                    self._log("event_refused", call, kind=kind, error=str(exc), level=logging.ERROR)
                 except LeasectlError as exc:
                     self._drop_heartbeat_conn()
                     self._log("event_pending", call, kind=kind, error=str(exc), level=logging.WARNING)
@@ -472,9 +477,22 @@ class Worker:
             self.observer(kind, call.id, call.fencing_token, db_time)
 
     # --------------------------------------------------------------- the loop
+    def check_identity(self) -> None:
+        """Before the first claim: may this login own calls as worker_id? A leasectl_worker login
+        owns calls only as `<login>` or `<login>:<name>` (the database refuses any other owner)."""
+        if self._identity_checked:
+            return
+        row = run_one(self._main_conn(), "worker/check_identity", worker_id=self.worker_id)
+        if row is not None and not row["acceptable"]:
+            raise PermissionDenied(f"worker id {self.worker_id!r} is not yours: the login {row['login']} may own "
+                                   f"calls only as {row['expected']}",
+                                   hint="start the worker with a worker_id of that form")
+        self._identity_checked = True
+
     def claim(self) -> tuple[ClaimedCall, float, float] | None:
         if self.partitioned.is_set():
             return None
+        self.check_identity()
         sent = time.monotonic()
         row = run_one(self._main_conn(), "worker/claim", worker_id=self.worker_id, tools=self.tools)
         return self._claimed(row, sent)
@@ -521,6 +539,9 @@ class Worker:
                 claimed = outcome.next_call if not stop.is_set() else None
                 done += 1
                 backoff = self.poll_interval
+            except PermissionDenied:
+                self.close()
+                raise  # a worker id the database will never accept: retrying cannot help
             except DatabaseUnavailable as exc:
                 log.warning("database unavailable for %s: %s", self.worker_id, exc)
                 claimed = None
@@ -660,7 +681,8 @@ class Worker:
             self._log("failure_rejected", call, reason="zero_rows")
             return Outcome(call.id, call.fencing_token, "lease_lost", "fail.sql: zero rows")
         self._observe("fail", call, None)
-        status = "requeued" if row["state"] == "queued" else "failed"
+        # an unverifiable call whose request went out is never retried on its own: a human decides
+        status = {"queued": "requeued", "outcome_unknown": "outcome_unknown"}.get(row["state"], "failed")
         self._log("job_" + status, call, error=error.get("message"))
         return Outcome(call.id, call.fencing_token, status, str(error.get("message", "")))
 

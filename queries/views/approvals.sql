@@ -2,6 +2,7 @@
 --   tool and side-effect class, idempotency key, external request id, when the side effect
 --   started, the last lease its owner had confirmed, attempts, the error, and how many other
 --   calls share its key stem. Unverifiable ones first: only a human can decide those.
+--   The start of the request is found under either kind name (history never changes).
 -- Zero rows: no call is waiting for a human.
 -- Parameters: none
 select j.id, j.tool, t.side_effect, j.state, j.owner_id, j.agent_id, j.fencing_token, j.attempt,
@@ -29,7 +30,8 @@ left join lateral (
 left join lateral (
     select ev.at as side_effect_started_at
     from job_events ev
-    where ev.job_id = j.id and ev.kind = 'side_effect_started'
+    -- tool_request_started since migration 0005; side_effect_started in older history
+    where ev.job_id = j.id and ev.kind in ('tool_request_started', 'side_effect_started')
     order by ev.id desc
     limit 1
 ) s on true

@@ -1,17 +1,26 @@
 -- Purpose: report a failure. A retryable failure with attempts and deadline left goes back to
---   queued (no owner); anything else fails for good with a terminal_reason.
+--   queued (no owner); anything else fails for good with a terminal_reason. Except: a call of a
+--   mutating_unverifiable tool whose side effect started is never requeued (the next claim
+--   would send the request again, with no human asked): a retryable failure of it goes to
+--   outcome_unknown instead, keeping its owner, and waits for a human (the database refuses the
+--   requeue itself, LCS07). Every decision reads the row being updated (the latest version),
+--   so a cancel request that lands at the same moment is seen.
 -- Zero rows: not the owner any more; the failure is not recorded on the call.
 -- Parameters: job_id, worker_id, fencing_token, error (jsonb), retryable (boolean)
 update tool_jobs j
 set state = case
         when :retryable::boolean and j.state = 'running'
              and j.attempt < t.max_attempts + j.extra_attempts
-             and (j.deadline_at is null or j.deadline_at > now()) then 'queued'
+             and (j.deadline_at is null or j.deadline_at > now())
+            then case when t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null
+                      then 'outcome_unknown' else 'queued' end
         else 'failed' end,
     owner_id = case
         when :retryable::boolean and j.state = 'running'
              and j.attempt < t.max_attempts + j.extra_attempts
-             and (j.deadline_at is null or j.deadline_at > now()) then null
+             and (j.deadline_at is null or j.deadline_at > now())
+             and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
+            then null
         else j.owner_id end,
     terminal_reason = case
         when not :retryable::boolean then 'failed: not retryable'

@@ -15,6 +15,8 @@ def test_healthy_database(db):
     assert checks["schema"].status == "ok"
     assert checks["state machine"].status == "ok"
     assert checks["heartbeat updates"].status == "ok"
+    assert checks["row security"].status == "ok"
+    assert not [name for name in checks if name.startswith("shared worker login")]
     assert all(c.status != "fail" for c in checks.values())
 
 
@@ -48,3 +50,21 @@ def test_login_role_without_timeouts_gets_the_commands(db, pg_server):
     fix = checks["login roles"].fix
     assert "ALTER ROLE lc_doctor_login SET statement_timeout = '10s';" in fix
     assert "lock_timeout" in fix and "idle_in_transaction_session_timeout" in fix
+
+
+def test_row_security_turned_off_is_a_failure(db):
+    with db.connect() as conn:
+        conn.execute("alter table tool_jobs disable row level security")
+    check = by_name(diagnose(db.dsn))["row security"]
+    assert check.status == "fail" and "any call" in check.detail
+    assert check.fix == "ALTER TABLE tool_jobs ENABLE ROW LEVEL SECURITY;"
+
+
+def test_a_login_that_is_worker_and_operator_cannot_be_bound(db, pg_server):
+    with pg_server.admin() as admin:
+        ensure_login(admin, "lc_doctor_dual", "leasectl_worker")
+        ensure_login(admin, "lc_doctor_dual", "leasectl_operator")
+    check = by_name(diagnose(db.dsn))["worker login lc_doctor_dual"]
+    assert check.status == "warn" and "leasectl_operator" in check.detail
+    assert "identity cannot be bound" in check.detail
+    assert "REVOKE leasectl_operator FROM lc_doctor_dual" in check.fix

@@ -74,11 +74,13 @@ def test_worker_runs_the_whole_protocol(db, logins):
         register_tool(admin, "search", "read_only", **FAST)
     from tests.helpers import complete, heartbeat, sweep
 
+    # a worker login owns calls as itself or <login>:<name> (migration 0005; see test_trust.py)
+    me = "lc_test_worker:w1"
     with as_role(db, "lc_test_worker") as conn:
         e = enqueue(conn, "search")
-        job = claim(conn, "w1")
-        assert heartbeat(conn, job, "w1")
-        assert complete(conn, job, "w1")["state"] == "succeeded"
+        job = claim(conn, me)
+        assert heartbeat(conn, job, me)
+        assert complete(conn, job, me)["state"] == "succeeded"
         assert sweep(conn) == []
         assert e["id"] == job["id"]
 
@@ -87,6 +89,14 @@ def test_operator_cannot_take_ownership_but_can_act(db, logins, outcome_unknown_
     with as_role(db, "lc_test_operator") as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("update tool_jobs set owner_id='op' where id=%s", (outcome_unknown_call,))
+        # since 0005 no direct UPDATE at all: an operator acts only through queries/operator/,
+        # whose functions journal the decision in the same statement
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("update tool_jobs set state='queued', retry_approved_by='op', retry_approved_at=now() "
+                         "where id=%s", (outcome_unknown_call,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("insert into job_events (job_id, kind, actor) values (%s, 'operator_cancel', 'op')",
+                         (outcome_unknown_call,))
         from tests.helpers import approve
 
         row = approve(conn, outcome_unknown_call, "outcome_unknown", 1, operator="op")

@@ -192,7 +192,7 @@ def test_start_side_effect_is_journaled_by_trigger(conn):
     c = claim(conn, "w1")
     assert start_side_effect(conn, c, "w1", "ext-9")["side_effect_started_at"] is not None
     ev = events(conn, e["id"])[-1]
-    assert ev["kind"] == "side_effect_started" and ev["details"]["external_request_id"] == "ext-9"
+    assert ev["kind"] == "tool_request_started" and ev["details"]["external_request_id"] == "ext-9"
     assert ev["actor"] == "w1" and ev["fencing_token"] == 1
 
 
