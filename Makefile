@@ -29,11 +29,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Everything, on the embedded PostgreSQL 18; then the database tier on PostgreSQL 15.
+# Everything, on the embedded PostgreSQL 18; the wheel as a user installs it (a fresh virtualenv,
+# not editable, run from outside the checkout); then the database tier on PostgreSQL 15.
 # LEASECTL_MIN_TESTS makes a run that collects too few tests fail instead of passing quietly.
 test: lint
-	LEASECTL_MIN_TESTS=150 $(PYTEST) -n 4 -m "not slow" tests
+	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel" tests
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -m slow tests
+	LEASECTL_MIN_TESTS=2 $(PYTEST) -m wheel tests/wheel
 	@$(MAKE) --no-print-directory test-pg15
 
 test-pg15: $(STAMP)
@@ -43,7 +45,7 @@ test-pg15: $(STAMP)
 	else echo "== $(PG15_DSN) does not answer: PostgreSQL 15 pass skipped"; fi
 
 test-fast: $(STAMP)
-	$(PYTEST) -n 4 -m "not slow" tests
+	$(PYTEST) -n 4 -m "not slow and not wheel" tests
 
 bench: bench-protocol bench-console
 

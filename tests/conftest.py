@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,17 +68,22 @@ def _start_embedded(base: Path) -> tuple[str, object]:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def pg_server() -> Iterator[Server]:
     dsn = os.environ.get("LEASECTL_TEST_DSN")
     if dsn:
         restart = os.environ.get("LEASECTL_TEST_RESTART_CMD")
         yield Server(dsn, None, shlex.split(restart) if restart else None)
         return
-    base = tmp_path_factory.getbasetemp().parent / f"leasectl-pg-{os.getpid()}"
-    base.mkdir(parents=True, exist_ok=True)
+    # Not under pytest's own temporary directories: pytest deletes all but the three newest of
+    # those when another session starts (two test runs at once on one machine), and a server whose
+    # data directory vanishes dies mid-run.
+    base = Path(tempfile.mkdtemp(prefix=f"leasectl-pg-{os.getpid()}-"))
     uri, server = _start_embedded(base)
-    yield Server(uri, server, None)
-    server.cleanup()  # type: ignore[attr-defined]
+    try:
+        yield Server(uri, server, None)
+    finally:
+        server.cleanup()  # type: ignore[attr-defined]
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _migrations_digest() -> str:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
-
 from console.db.connect import Conn, run, run_one
 from console.shared.errors import BadInput
+from console.shared.filters import JobFilter
 from console.shared.health import id_range
 from console.shared.models import (
-    HEALTHS,
-    STATES,
     ApprovalQueue,
     ApprovalRow,
+    CallDetail,
     Counts,
     DbInfo,
     Event,
@@ -26,6 +23,7 @@ from console.shared.models import (
     JobSummary,
     LineageRow,
     Ownership,
+    PayloadPreview,
     RecentEvent,
     ReconciliationRecord,
     Shutdown,
@@ -52,62 +50,6 @@ def triage(conn: Conn, limit: int = 200, recent_minutes: int = 10) -> TriageSnap
                           recent=[RecentEvent.model_validate(r) for r in recent])
 
 
-class JobFilter(BaseModel):
-    """Filters of the calls list and `leasectl jobs`; every field None means no filter."""
-
-    model_config = ConfigDict(frozen=True)
-
-    state: str | None = None
-    tool: str | None = None
-    owner: str | None = None
-    agent: str | None = None
-    key_prefix: str | None = None
-    id_prefix: str | None = None
-    health: str | None = None
-
-    @field_validator("state", "health")
-    @classmethod
-    def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
-        known = STATES if info.field_name == "state" else HEALTHS
-        if value is not None and value not in known:
-            raise ValueError(f"unknown {info.field_name} '{value}' (one of {', '.join(known)})")
-        return value
-
-    def describe(self) -> str:
-        parts = [f"{k.replace('_prefix', '')}:{v}" for k, v in self.model_dump().items() if v]
-        return " ".join(parts)
-
-
-_FILTER_KEYS = {"state": "state", "tool": "tool", "owner": "owner", "agent": "agent", "key": "key_prefix",
-                "id": "id_prefix", "health": "health"}
-_HEXISH = re.compile(r"^[0-9a-fA-F-]{4,36}$")
-
-
-def parse_filter(text: str) -> JobFilter:
-    """`state:running tool:web_search owner:w-3 agent:a key:report:42 id:8f1b health:zombie`;
-    a bare word is a state, a health label, an id prefix (hex) or else a key prefix."""
-    values: dict[str, str] = {}
-    for token in text.split():
-        name, sep, value = token.partition(":")
-        if sep and name in _FILTER_KEYS:
-            if not value:
-                raise BadInput(f"'{sanitize(token)}': nothing after '{name}:'")
-            values[_FILTER_KEYS[name]] = value
-        elif token in STATES:
-            values["state"] = token
-        elif token in HEALTHS:
-            values["health"] = token
-        elif _HEXISH.match(token):
-            values["id_prefix"] = token
-        else:
-            values["key_prefix"] = token
-    try:
-        return JobFilter(**values)
-    except ValidationError as exc:
-        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise BadInput(message) from None
-
-
 def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, uuid.UUID] | None = None,
          limit: int = 200) -> list[JobSummary]:
     """One page, newest first; pass the last row's (created_at, id) as `before` for the next."""
@@ -116,15 +58,34 @@ def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, 
     if f.id_prefix:
         low, high = id_range(f.id_prefix)
     rows = run(conn, "views/jobs", state=f.state, tool=f.tool, owner=f.owner, agent=f.agent,
-               key_prefix=f.key_prefix, id_low=low, id_high=high, health=f.health,
+               key_prefix=f.key_prefix, id_low=low, id_high=high, health=f.health, model=f.model,
+               provider=f.provider, side_effect=f.side_effect,
                before_created=before[0] if before else None, before_id=before[1] if before else None,
                limit=limit)
     return [JobSummary.model_validate(r) for r in rows]
 
 
 def job(conn: Conn, job_id: uuid.UUID) -> Job | None:
+    """One call without its payload and result (see job_document)."""
     row = run_one(conn, "views/job", job_id=job_id)
     return Job.model_validate(row) if row else None
+
+
+def job_document(conn: Conn, job_id: uuid.UUID) -> Job | None:
+    """One call with its payload and result, whole (`leasectl show --json`), in one snapshot."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        row = run_one(conn, "views/job", job_id=job_id)
+        document = run_one(conn, "views/job_document", job_id=job_id)
+    return Job.model_validate({**row, **document}) if row and document else None
+
+
+PREVIEW_CHARS = 64_000
+
+
+def payload_preview(conn: Conn, job_id: uuid.UUID, max_chars: int = PREVIEW_CHARS) -> PayloadPreview | None:
+    row = run_one(conn, "views/job_payload_preview", job_id=job_id, max_chars=max_chars)
+    return PayloadPreview.model_validate({**row, "max_chars": max_chars}) if row else None
 
 
 def resolve(conn: Conn, ref: str) -> uuid.UUID:
@@ -138,6 +99,16 @@ def resolve(conn: Conn, ref: str) -> uuid.UUID:
         raise BadInput(f"'{sanitize(ref)}' is ambiguous: {listed}", hint="give more characters of the id")
     found: uuid.UUID = rows[0]["id"]
     return found
+
+
+def call_detail(conn: Conn, job_id: uuid.UUID) -> CallDetail:
+    """A call, its history and its lineage, in one snapshot (they agree with each other)."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        found = job(conn, job_id)
+        if found is None:
+            return CallDetail(job=None, events=[], lineage=[])
+        return CallDetail(job=found, events=history(conn, job_id), lineage=lineage(conn, job_id))
 
 
 def history(conn: Conn, job_id: uuid.UUID) -> list[Event]:

@@ -142,6 +142,7 @@ class Fleet:
     def start(self) -> None:
         pools = [
             ("w-search-1", ["web_search"]), ("w-search-2", ["web_search"]), ("w-search-3", ["web_search"]),
+            ("w-search-4", ["web_search"]),
             ("w-browser-1", ["browser_session"]), ("w-browser-2", ["browser_session"]),
             ("w-erp-1", ["erp_update_order"]), ("w-erp-2", ["erp_update_order"]), ("w-pay-1", ["payment_capture"]),
             ("w-report-1", ["report_export"]), ("w-report-2", ["report_export"]),
@@ -445,11 +446,13 @@ class Fleet:
         request = f"req-{uuid.uuid4().hex[:8]}"
         ctx.record_event("tool_request_started", {"external_request_id": request})
         reply = self.receivers.search.submit(object_id=f"q:{ctx.payload.get('q')}", idempotency_key=ctx.idempotency_key,
-                                             fence=ctx.fencing_token, operation="search", sender=ctx.worker_id)
+                                             fence=ctx.fencing_token, operation="search", sender=ctx.worker_id,
+                                             execution=str(ctx.call.id))
         if situation == "slow_result":
             time.sleep(self.seconds(4))  # a tool that cannot be interrupted: the cancel arrives meanwhile
         elif situation == "deaf":
-            end = time.monotonic() + self.seconds(150)
+            # long enough to be seen unheard, short enough to end within its cycle
+            end = time.monotonic() + self.seconds(80)
             while time.monotonic() < end and not ctx.lease_lost:
                 time.sleep(0.2)  # never looks at ctx.cancel_requested: the cancel goes unheard
         else:
@@ -460,7 +463,8 @@ class Fleet:
         request = f"br-{uuid.uuid4().hex[:8]}"
         ctx.record_event("tool_request_started", {"external_request_id": request})
         self.receivers.browser.submit(object_id=request, idempotency_key=ctx.idempotency_key,
-                                      fence=ctx.fencing_token, operation="open", sender=ctx.worker_id)
+                                      fence=ctx.fencing_token, operation="open", sender=ctx.worker_id,
+                                      execution=str(ctx.call.id))
         # stuck on a modal: heartbeats go on, progress does not (stage timeout 40 s)
         ctx.sleep(self.seconds(95 if situation == "stuck" else self.rng.uniform(4, 12)))
         return {"rows": self.rng.randrange(10, 200)}
@@ -469,7 +473,8 @@ class Fleet:
         order = str(ctx.payload.get("order"))
         if ctx.call.previous_request_id:
             # a previous owner may have sent it: ask first (under our token, which fences it out)
-            found = self.receivers.erp.status(ctx.idempotency_key, object_id=order, fence=ctx.fencing_token)
+            found = self.receivers.erp.status(ctx.idempotency_key, object_id=order, fence=ctx.fencing_token,
+                                              execution=str(ctx.call.id))
             ctx.record_event("side_effect_checked", {"external_request_id": ctx.call.previous_request_id,
                                                      "found": found is not None})
             if found is not None:
@@ -477,7 +482,7 @@ class Fleet:
         request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
         reply = self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key,
                                           fence=ctx.fencing_token, operation="update", sender=ctx.worker_id,
-                                          body={"request": request})
+                                          body={"request": request}, execution=str(ctx.call.id))
         ctx.sleep(self.seconds(30 if situation == "slow" else self.rng.uniform(2, 6)))
         return {"order": order, "confirmation": reply.result["confirmation"]}
 
@@ -485,7 +490,8 @@ class Fleet:
         request = ctx.start_side_effect(f"psp-{uuid.uuid4().hex[:8]}")
         reply = self.receivers.psp.submit(object_id=str(ctx.payload.get("invoice")),
                                           idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
-                                          operation="capture", sender=ctx.worker_id, body={"request": request})
+                                          operation="capture", sender=ctx.worker_id, body={"request": request},
+                                          execution=str(ctx.call.id))
         if situation == "no_answer":
             ctx.sleep(self.seconds(2))
             raise ToolNoAnswer("gateway timeout after the capture request was sent")
@@ -497,7 +503,8 @@ class Fleet:
         request = ctx.start_side_effect(f"exp-{uuid.uuid4().hex[:8]}")
         reply = self.receivers.exports.submit(object_id=str(ctx.payload.get("report")),
                                               idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
-                                              operation="write-stage", sender=ctx.worker_id, body={"request": request})
+                                              operation="write-stage", sender=ctx.worker_id, body={"request": request},
+                                              execution=str(ctx.call.id))
         return {"stage": ctx.payload.get("stage"), "file": reply.result["confirmation"]}
 
     def _die(self, ctx: CallContext) -> Any:
@@ -506,7 +513,8 @@ class Fleet:
         order = str(ctx.payload.get("order"))
         request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
         self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
-                                  operation="update", sender=ctx.worker_id, body={"request": request})
+                                  operation="update", sender=ctx.worker_id, body={"request": request},
+                                  execution=str(ctx.call.id))
         ctx.worker.partitioned.set()  # from the database's point of view the worker is gone
         with self._lock:
             self._dead += 1
@@ -526,14 +534,24 @@ class Fleet:
         subject = f"q:{ctx.payload.get('q')}"
         ctx.record_event("tool_request_started", {"external_request_id": "req-part"})
         reply = self.receivers.search.submit(object_id=subject, idempotency_key=ctx.idempotency_key,
-                                             fence=ctx.fencing_token, operation="search", sender=ctx.worker_id)
+                                             fence=ctx.fencing_token, operation="search", sender=ctx.worker_id,
+                                             execution=str(ctx.call.id))
         ctx.worker.partitioned.set()
         self.say(f"worker {ctx.worker_id} is cut off from the database holding call {ctx.call.short_id}")
         time.sleep(ctx.call.lease_seconds + self.seconds(10))  # the lease expires; someone reclaims it
+        # the network comes back once another worker has the call (the story is "a zombie wakes up
+        # after its lease was taken"); how long a free worker takes to appear varies with the load
+        deadline = time.monotonic() + self.seconds(90)
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            now = self._with_conn(lambda c: run_one(c, "views/job", job_id=ctx.call.id))
+            if now is None or now["fencing_token"] > ctx.fencing_token:
+                break
+            self.stop.wait(self.seconds(1))
         ctx.worker.partitioned.clear()
         try:  # a late follow-up with our old token: the receiver has seen a newer one by now
             self.receivers.search.submit(object_id=subject, idempotency_key=ctx.idempotency_key + ":more",
-                                         fence=ctx.fencing_token, operation="search-more", sender=ctx.worker_id)
+                                         fence=ctx.fencing_token, operation="search-more", sender=ctx.worker_id,
+                                         execution=str(ctx.call.id))
         except StaleFence as exc:
             ctx.record_event("receiver_rejected", {"receiver": "search-api", "highest_fence": exc.highest,
                                                    "external_request_id": "req-part-2"})

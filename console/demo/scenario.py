@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from console.db.connect import Conn, run, run_one
 from console.demo.tools import register_demo_tools
+from console.shared.models import TERMINAL_STATES
 
 # the instant of seed 000's example lease (lease_until: 2026-07-23T21:14:30Z)
 ANCHOR = datetime(2026, 7, 23, 21, 14, 0, tzinfo=UTC)
@@ -81,7 +82,7 @@ class Story:
 
     def side_effect(self, t: float, request: str) -> Story:
         self.row.update(side_effect_started_at=at(t), external_request_id=request)
-        return self.event(t, "side_effect_started", self.row["owner_id"], state_from=self.row["state"],
+        return self.event(t, "tool_request_started", self.row["owner_id"], state_from=self.row["state"],
                           state_to=self.row["state"], owner_from=self.row["owner_id"],
                           owner_to=self.row["owner_id"], lease_until=self.row["lease_until"],
                           details={"external_request_id": request})
@@ -91,9 +92,9 @@ class Story:
         previous = self.row["state"]
         prev_lease = self.row["lease_until"]
         self.row.update(state=state, terminal_reason=terminal_reason, **changes)
-        if state in ("succeeded", "failed", "cancelled"):
+        if state in TERMINAL_STATES:
             self.row["finished_at"] = at(t)
-        if state in ("succeeded", "failed", "cancelled", "outcome_unknown"):
+        if state in (*TERMINAL_STATES, "outcome_unknown"):
             self.row["lease_until"] = None
         details: dict[str, Any] = {"attempt": self.row["attempt"]}
         if prev_lease:

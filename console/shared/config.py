@@ -8,6 +8,10 @@ import os
 from pydantic import BaseModel, Field
 
 APPLICATION_NAME = "leasectl"
+# An operator's reason is journaled with every action: long enough for a ticket link and a sentence,
+# short enough that a pasted log (a 120 KB one was tried) never lands in the journal.
+MAX_REASON_CHARS = 1_000
+MAX_OPERATOR_CHARS = 100
 
 
 def resolve_dsn(explicit: str | None = None) -> str:

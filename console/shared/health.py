@@ -35,6 +35,10 @@ HEALTH_MEANING = {
     "over_stage_timeout": "it heartbeats, but has run longer than its tool's stage timeout",
 }
 
+# worst first, as leasectl_health_rank() in migrations/0001 sorts triage (a test keeps them equal)
+HEALTH_RANK = {"outcome_unknown": 0, "lease_expired": 1, "cancel_unheard": 2, "zombie": 3, "heartbeat_late": 4,
+               "over_stage_timeout": 5, "healthy": 9}
+
 HEALTH_URGENCY: dict[str, Urgency] = {
     "healthy": "ok",
     "over_stage_timeout": "watch",

@@ -20,6 +20,7 @@ STATES: tuple[str, ...] = get_args(State)
 HEALTHS: tuple[str, ...] = get_args(Health)
 TERMINAL_STATES: tuple[str, ...] = get_args(TerminalState)
 LIVE_STATES = ("running", "cancel_requested")  # a lease is held: heartbeats, lease health
+CANCELLABLE_STATES = ("queued", "running")  # what operator/request_cancel.sql accepts
 # worker writes refused for a stale fencing token: a call with one in the last 5 minutes is a zombie
 # (the SQL side: leasectl_job_health's callers in queries/views)
 ZOMBIE_KINDS = ("heartbeat_lost", "result_rejected", "receiver_rejected")
@@ -91,7 +92,7 @@ class JobSummary(Row):
     heartbeat_seconds: float | None = None
     jitter_seconds: float | None = None
     stage_timeout_seconds: float | None = None
-    health: Health
+    health: Health | None = None  # None: a finished call holds no lease (a zombie still says zombie)
     db_now: datetime
     heartbeat_age_seconds: float | None = None
     lease_left_seconds: float | None = None
@@ -107,13 +108,32 @@ class JobSummary(Row):
 
 
 class Job(JobSummary):
-    """One call with everything: payload, result, error."""
+    """One call with its error and lease sizing; payload and result only when asked for
+    (`reads.job_document`): they may be megabytes."""
 
     payload: Any = None
     result: Any = None
     error: Any = None
     extra_attempts: int = 0
     missed_heartbeats: int | None = None
+
+
+class PayloadPreview(Row):
+    """What the detail shows of a payload and a result: their real size and a bounded beginning."""
+
+    payload_bytes: int | None = None
+    payload_preview: str | None = None
+    result_bytes: int | None = None
+    result_preview: str | None = None
+    max_chars: int = 0
+
+    @property
+    def payload_cut(self) -> bool:
+        return self.payload_preview is not None and len(self.payload_preview) >= self.max_chars
+
+    @property
+    def result_cut(self) -> bool:
+        return self.result_preview is not None and len(self.result_preview) >= self.max_chars
 
 
 class Event(Row):
@@ -131,6 +151,7 @@ class Event(Row):
     reason: str | None = None
     request_id: uuid.UUID | None = None
     details: dict[str, Any] = {}
+    db_role: str | None = None  # the database role that caused it (the actor is what the client claimed)
 
 
 class LineageRow(Row):
@@ -145,6 +166,14 @@ class LineageRow(Row):
     created_at: datetime
     finished_at: datetime | None = None
     relation: str
+
+
+class CallDetail(Row):
+    """Everything the call detail shows, read in one snapshot."""
+
+    job: Job | None
+    events: list[Event]
+    lineage: list[LineageRow]
 
 
 class ApprovalRow(Row):

@@ -79,7 +79,3 @@ def terminal_safe(text: str) -> str:
         return text
     return "".join(char for char in text if char == "\n" or not _hostile(char))
 
-
-def clip(value: object, max_chars: int) -> str:
-    """Sanitized and cut to `max_chars` with a marker: for table cells and one-line summaries."""
-    return sanitize(value, max_chars=max_chars)

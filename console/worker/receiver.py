@@ -2,8 +2,10 @@
 
 It behaves as seed 000 asks of any serious side-effect receiver:
 
-* it remembers the highest fencing token accepted per object and rejects a lower one
-  (`X-Execution-Fence: 41` after 42 changes nothing, even if well authenticated);
+* it remembers the highest fencing token accepted per object and execution (the call: its
+  tokens order that call's owners, so another call's token 1 is never "stale" against them) and
+  rejects a lower one (`X-Execution-Fence: 41` after 42 changes nothing, even if well
+  authenticated); a sender that names no execution is fenced per object;
 * it remembers each idempotency key's first result and returns it again on a repeat,
   without a second effect.
 
@@ -77,7 +79,7 @@ class FencedReceiver:
     effects: list[Effect] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     replays: int = 0
-    _highest: dict[str, int] = field(default_factory=dict)
+    _highest: dict[tuple[str, str], int] = field(default_factory=dict)
     _first_result: dict[str, Effect] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -90,15 +92,16 @@ class FencedReceiver:
         operation: str,
         body: dict[str, Any] | None = None,
         sender: str = "",
+        execution: str = "",
     ) -> Response:
         with self._lock:
-            highest = self._highest.get(object_id, -1)
+            highest = self._highest.get((object_id, execution), -1)
             if fence < highest:
                 self.rejections.append(
                     Rejection(object_id, idempotency_key, fence, highest, sender, time.time())
                 )
                 raise StaleFence(object_id, fence, highest)
-            self._highest[object_id] = fence
+            self._highest[(object_id, execution)] = fence
             first = self._first_result.get(idempotency_key)
             if first is not None:
                 self.replays += 1
@@ -113,7 +116,7 @@ class FencedReceiver:
             return Response(result, replayed=False, effect_seq=seq)
 
     def status(self, idempotency_key: str, *, object_id: str | None = None,
-               fence: int | None = None) -> dict[str, Any] | None:
+               fence: int | None = None, execution: str = "") -> dict[str, Any] | None:
         """What happened to this key, if the API lets you ask (only a verifiable one does).
 
         Asking under a fencing token registers it: a new owner that checks the status fences
@@ -125,19 +128,16 @@ class FencedReceiver:
             first = self._first_result.get(idempotency_key)
             target = object_id or (first.object_id if first else None)
             if fence is not None and target is not None:
-                highest = self._highest.get(target, -1)
+                highest = self._highest.get((target, execution), -1)
                 if fence < highest:
                     raise StaleFence(target, fence, highest)
-                self._highest[target] = fence
+                self._highest[(target, execution)] = fence
             return first.result if first else None
 
-    def highest_fence(self, object_id: str) -> int | None:
+    def highest_fence(self, object_id: str, execution: str = "") -> int | None:
         with self._lock:
-            return self._highest.get(object_id)
+            return self._highest.get((object_id, execution))
 
-    def effects_for(self, idempotency_key: str) -> list[Effect]:
-        with self._lock:
-            return [e for e in self.effects if e.idempotency_key == idempotency_key]
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -146,13 +146,15 @@ class FencedReceiver:
                 "effects": [asdict(e) for e in self.effects],
                 "rejections": [asdict(r) for r in self.rejections],
                 "replays": self.replays,
-                "highest": dict(self._highest),
+                "highest": {f"{obj}@{execution}" if execution else obj: fence
+                            for (obj, execution), fence in self._highest.items()},
             }
 
 
 # ------------------------------------------------------------------------------------ HTTP
 
 FENCE_HEADER = "X-Execution-Fence"
+EXECUTION_HEADER = "X-Execution-Id"  # the call whose owners the fence orders
 KEY_HEADER = "Idempotency-Key"
 
 
@@ -196,7 +198,7 @@ class ReceiverServer:
                     return
                 request = {"object_id": body.get("object_id", ""), "idempotency_key": key,
                            "fence": fence, "operation": body.get("operation", ""),
-                           "sender": body.get("sender", "")}
+                           "sender": body.get("sender", ""), "execution": self.headers.get(EXECUTION_HEADER, "")}
                 try:
                     response = server.receiver.submit(body=body.get("input"), **request)
                 except StaleFence as exc:
@@ -213,7 +215,8 @@ class ReceiverServer:
                     fence_text = self.headers.get(FENCE_HEADER)
                     try:
                         result = server.receiver.status(
-                            key, fence=int(fence_text) if fence_text else None)
+                            key, fence=int(fence_text) if fence_text else None,
+                            execution=self.headers.get(EXECUTION_HEADER, ""))
                     except NotImplementedError as exc:
                         self._send(501, {"error": str(exc)})
                         return
@@ -260,13 +263,14 @@ class ReceiverClient:
         operation: str,
         body: dict[str, Any] | None = None,
         sender: str = "",
+        execution: str = "",
     ) -> Response:
         data = json.dumps({"object_id": object_id, "operation": operation, "input": body or {},
                            "sender": sender}).encode()
         request = urllib.request.Request(
             f"{self.url}/requests", data=data, method="POST",
             headers={"Content-Type": "application/json", FENCE_HEADER: str(fence),
-                     KEY_HEADER: idempotency_key},
+                     KEY_HEADER: idempotency_key, EXECUTION_HEADER: execution},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:
@@ -281,8 +285,8 @@ class ReceiverClient:
         return Response(payload["result"], replayed=payload["replayed"],
                         effect_seq=payload["effect_seq"])
 
-    def status(self, idempotency_key: str, *, fence: int | None = None) -> dict[str, Any] | None:
-        headers = {FENCE_HEADER: str(fence)} if fence is not None else {}
+    def status(self, idempotency_key: str, *, fence: int | None = None, execution: str = "") -> dict[str, Any] | None:
+        headers = {FENCE_HEADER: str(fence), EXECUTION_HEADER: execution} if fence is not None else {}
         request = urllib.request.Request(f"{self.url}/status/{idempotency_key}", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:

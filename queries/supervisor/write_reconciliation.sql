@@ -56,7 +56,8 @@ select s.id, :written_by::text,
                         order by c.created_at, c.id) from calls c), '[]'::jsonb),
        coalesce((select jsonb_agg(jsonb_build_object(
                             'grant_id', g.id, 'agent_id', g.agent_id, 'kind', g.kind, 'resource', g.resource,
-                            'issued_by', g.issued_by, 'revoked_by', g.revoked_by, 'revoked_at', g.revoked_at)
+                            'issued_by', g.issued_by, 'revoked_by', g.revoked_by, 'revoked_at', g.revoked_at,
+                            'expires_at', g.expires_at)
                         order by g.revoked_at, g.id)
                  from grant_list g where g.revoked_at is not null), '[]'::jsonb),
        coalesce((select jsonb_agg(jsonb_build_object(

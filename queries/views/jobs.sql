@@ -3,8 +3,10 @@
 --   left out (their hash and size are in): `views/job.sql` has everything of one call.
 --   Tool cutoffs and the clock are computed once per query; each row only compares timestamps.
 -- Zero rows: no call matches (or no more pages).
--- Parameters: state, tool, owner, agent, key_prefix, id_low, id_high, health, before_created,
---   before_id, limit (every filter null = no filter)
+--   A finished call holds no lease: its heartbeat age, lease left and lease health are null (a
+--   zombie -- a stale write refused in the last five minutes -- still shows as one).
+-- Parameters: state, tool, owner, agent, key_prefix, id_low, id_high, health, model, provider,
+--   side_effect, before_created, before_id, limit (every filter null = no filter)
 with clock as materialized (
     select leasectl_now() as now
 ),
@@ -23,6 +25,9 @@ page as (
            or (j.idempotency_key >= :key_prefix::text
                and j.idempotency_key < :key_prefix::text || chr(1114111)))
       and (:id_low::uuid is null or j.id between :id_low::uuid and :id_high::uuid)
+      and (:model::text is null or j.model = :model::text)
+      and (:provider::text is null or j.provider = :provider::text)
+      and (:side_effect::text is null or j.tool in (select name from tools where side_effect = :side_effect::text))
       and (:before_created::timestamptz is null
            or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
     order by j.created_at desc, j.id desc
@@ -38,29 +43,25 @@ labelled as (
            p.retry_approved_by, p.retry_approved_at, p.retry_approved_reason, p.terminal_reason,
            p.completed_despite_cancel,
            t.lease_seconds, t.heartbeat_seconds, t.jitter_seconds, t.stage_timeout_seconds,
-           leasectl_job_health(p.state, p.lease_until, p.heartbeat_at, p.cancel_requested_at,
-                               p.claimed_at, k.late_before, k.unheard_before, k.stage_before,
-                               r.recent, clock.now) as health,
+           nullif(leasectl_job_health(p.state, p.lease_until, p.heartbeat_at, p.cancel_requested_at,
+                                      p.claimed_at, k.late_before, k.unheard_before, k.stage_before,
+                                      r.recent, clock.now),
+                  case when p.state in ('succeeded', 'failed', 'cancelled') then 'healthy' end) as health,
            clock.now as clock_now
     from page p
     join tools t on t.name = p.tool
     join cutoffs k on k.tool = p.tool
     cross join clock
-    cross join lateral (
-        select exists (
-            select 1 from job_events e
-            where e.job_id = p.id
-              and e.kind in ('heartbeat_lost', 'result_rejected', 'receiver_rejected')
-              and e.at > clock.now - interval '5 minutes'
-        ) as recent
-    ) r
+    cross join lateral (select leasectl_recently_rejected(p.id, clock.now) as recent) r
 )
 select l.*,
        l.clock_now as db_now,
-       extract(epoch from l.clock_now - l.heartbeat_at)::float8 as heartbeat_age_seconds,
-       extract(epoch from l.lease_until - l.clock_now)::float8 as lease_left_seconds,
+       case when l.state in ('running', 'cancel_requested')
+            then extract(epoch from l.clock_now - l.heartbeat_at)::float8 end as heartbeat_age_seconds,
+       case when l.state in ('running', 'cancel_requested')
+            then extract(epoch from l.lease_until - l.clock_now)::float8 end as lease_left_seconds,
        extract(epoch from l.deadline_at - l.clock_now)::float8 as deadline_left_seconds
 from labelled l
-where :health::text is null or l.health = :health::text
+where :health::text is null or l.health is not distinct from :health::text
 order by l.created_at desc, l.id desc
 limit :limit::integer

@@ -8,6 +8,8 @@ from console.db import actions, reads
 from console.db.session import ConsoleSession
 from console.operator.present import action_message
 from console.shared.errors import BadInput, ReadOnlySession, RowLocked
+from console.shared.filters import JobFilter
+from console.shared.health import HEALTH_RANK
 from console.shared.models import Applied, Refused
 from tests.helpers import (
     FAST,
@@ -53,22 +55,28 @@ def test_triage_counts_and_attention_worst_first(conn):
     assert (expired["id"], "lease_expired") in order
     assert (late["id"], "heartbeat_late") in order, "no heartbeat for over H + J (1s of waiting above)"
     assert snap.counts.stale_heartbeats == 1
-    ranks = [reads.HEALTHS.index(h) for _, h in order]
+    ranks = [HEALTH_RANK[h] for _, h in order]
     assert order.index((expired["id"], "lease_expired")) < order.index((late["id"], "heartbeat_late"))
-    assert ranks
+    assert ranks == sorted(ranks) and len(set(ranks)) >= 3, f"worst first: {order}"
+
+
+def test_the_python_health_ranks_are_the_databases(conn):
+    """Triage sorts in SQL (leasectl_health_rank); the console and the CLI rank in Python."""
+    for label, rank in HEALTH_RANK.items():
+        assert conn.execute("select leasectl_health_rank(%s) as r", (label,)).fetchone()["r"] == rank, label
 
 
 def test_jobs_filters_keyset_and_prefix(conn):
     made = [enqueue(conn, "search", f"report:42:stage:{i}")["id"] for i in range(7)]
     enqueue(conn, "pay", "payment:inv-9:capture")
-    page1 = reads.jobs(conn, reads.JobFilter(tool="search"), limit=3)
-    page2 = reads.jobs(conn, reads.JobFilter(tool="search"), before=(page1[-1].created_at, page1[-1].id), limit=3)
-    page3 = reads.jobs(conn, reads.JobFilter(tool="search"), before=(page2[-1].created_at, page2[-1].id), limit=3)
+    page1 = reads.jobs(conn, JobFilter(tool="search"), limit=3)
+    page2 = reads.jobs(conn, JobFilter(tool="search"), before=(page1[-1].created_at, page1[-1].id), limit=3)
+    page3 = reads.jobs(conn, JobFilter(tool="search"), before=(page2[-1].created_at, page2[-1].id), limit=3)
     seen = [r.id for r in page1 + page2 + page3]
     assert seen == list(reversed(made)), "newest first, no gaps, no repeats"
-    assert {r.tool for r in reads.jobs(conn, reads.JobFilter(key_prefix="payment:"))} == {"pay"}
-    assert len(reads.jobs(conn, reads.JobFilter(key_prefix="report:42:"))) == 7
-    one = reads.jobs(conn, reads.JobFilter(id_prefix=str(made[0])[:10]))
+    assert {r.tool for r in reads.jobs(conn, JobFilter(key_prefix="payment:"))} == {"pay"}
+    assert len(reads.jobs(conn, JobFilter(key_prefix="report:42:"))) == 7
+    one = reads.jobs(conn, JobFilter(id_prefix=str(made[0])[:10]))
     assert [r.id for r in one] == [made[0]]
     assert reads.resolve(conn, str(made[0])[:12]) == made[0]
     with pytest.raises(BadInput, match="no call"):
@@ -85,15 +93,6 @@ def test_ambiguous_prefix(conn):
     shared = next(k for k, v in firsts.items() if len(v) > 1)
     with pytest.raises(BadInput, match="ambiguous"):
         reads.resolve(conn, shared)
-
-
-def test_parse_filter():
-    f = reads.parse_filter("state:running tool:web_search owner:w-3 key:report:42: 8f1b zombie")
-    assert f.state == "running" and f.tool == "web_search" and f.owner == "w-3"
-    assert f.key_prefix == "report:42:" and f.id_prefix == "8f1b" and f.health == "zombie"
-    assert reads.parse_filter("queued").state == "queued"
-    with pytest.raises(BadInput, match="unknown state"):
-        reads.parse_filter("state:sleeping")
 
 
 def test_history_timeline_and_lineage(conn):

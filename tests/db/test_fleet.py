@@ -106,6 +106,7 @@ def test_drain_with_a_silent_grandchild(fleet):
     assert {x["agent_id"] for x in record["children_confirmed"]} == {"planner-1", "retrieval-1", "code-1", "review-1"}
     assert [g["grant_id"] for g in record["grants_revoked"]] == [str(credential["id"])]
     assert record["grants_revoked"][0]["revoked_by"] == "control-plane"
+    assert record["grants_revoked"][0]["expires_at"] is not None, "a revoked grant keeps its expiry in the record"
     assert [g["grant_id"] for g in record["grants_expired"]] == [str(lock["id"])]
     assert record["written_by"] == "sup-test"
 

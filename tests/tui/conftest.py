@@ -11,7 +11,7 @@ from console.operator.tui.app import LeasectlApp
 from console.operator.tui.pictures import SIZE, screen_text, settle
 from console.shared.config import SessionLimits
 
-__all__ = ["SIZE", "make_app", "notifications", "screen_text", "settle"]
+__all__ = ["SIZE", "dialog_ready", "make_app", "notifications", "screen_text", "settle"]
 
 
 @pytest.fixture
@@ -34,3 +34,12 @@ def make_app(dsn: str, *, pinned: bool = False, read_only: bool = False, operato
 def notifications(app) -> str:
     """The toasts shown so far (they live on a layer the text export does not capture)."""
     return "\n".join(f"{n.title}: {n.message}" for n in app._notifications)
+
+
+async def dialog_ready(pilot, marker: str) -> None:
+    """A dialog is on screen and armed: it ignores keys typed before it appeared, so a person (and
+    a test) reads it first, then types."""
+    from console.operator.tui.screens.action import TYPE_AHEAD_GAP
+
+    await settle(pilot, lambda: marker in screen_text(pilot.app))
+    await pilot.pause(TYPE_AHEAD_GAP + 0.1)

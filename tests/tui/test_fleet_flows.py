@@ -8,7 +8,7 @@ import pytest
 from console.control.supervisor import tick
 from console.db.connect import run_one
 from tests.helpers import claim, enqueue, give_grant, register_tool, register_tree, request_shutdown, wait_until
-from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle
+from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, screen_text, settle
 from tests.tui.test_flows import type_text
 
 TREE = {"planner-1": None, "retrieval-1": "planner-1", "code-1": "planner-1", "sandbox-1": "code-1",
@@ -53,7 +53,7 @@ async def test_drain_from_the_console_is_requested_and_journaled(fleet):
     async with app.run_test(size=SIZE) as pilot:
         await select_agent(pilot, "code-1")
         await pilot.press("d")
-        await settle(pilot, lambda: "What will change" in screen_text(app))
+        await dialog_ready(pilot, "What will change")
         text = screen_text(app)
         assert "Drain the subtree of code-1" in text and "2 agents" in text
         assert "The window lets 1 running call finish" in text and "1 live grant" in text
@@ -79,7 +79,7 @@ async def test_abort_refused_says_why_and_the_refusal_is_journaled(fleet):
     async with app.run_test(size=SIZE) as pilot:
         await select_agent(pilot, "code-1")
         await pilot.press("x")
-        await settle(pilot, lambda: "What will change" in screen_text(app))
+        await dialog_ready(pilot, "What will change")
         assert "cancel requested" in screen_text(app) and "NOT stopped" in screen_text(app)
         # meanwhile someone else drains the parent
         assert request_shutdown(conn, "planner-1", "drain", operator="erin") is not None
@@ -98,7 +98,7 @@ async def test_escape_and_empty_reason_change_nothing_and_read_only_refuses(flee
     async with app.run_test(size=SIZE) as pilot:
         await select_agent(pilot, "code-1")
         await pilot.press("d")
-        await settle(pilot, lambda: "What will change" in screen_text(app))
+        await dialog_ready(pilot, "What will change")
         await pilot.press("enter", "enter")
         await settle(pilot, lambda: "A reason is required" in screen_text(app))
         await pilot.press("escape")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from console.db import reads
-from console.operator.tui.app import CRUMB_SEPARATOR
+from console.operator.tui.widgets.status import CRUMB_SEPARATOR
 from console.shared.config import SessionLimits
 from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
 from tests.netproxy import DbProxy
-from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle
+from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, screen_text, settle
 
 
 @pytest.fixture
@@ -38,6 +38,19 @@ async def type_text(pilot, text: str) -> None:
         await pilot.press("space" if ch == " " else ch)
 
 
+async def choose(pilot, option: str) -> None:
+    """Pick an option of the focused Select with the keyboard, as a person does."""
+    select = pilot.app.focused
+    await pilot.press("enter")
+    await pilot.pause(0.1)
+    options = [str(v) for _label, v in select._options if v is not select.BLANK]
+    for _ in range(options.index(option)):
+        await pilot.press("down")
+    await pilot.press("enter")
+    await pilot.pause(0.1)
+    assert str(select.value) == option, select.value
+
+
 async def test_cancel_applied_says_requested_not_stopped_and_is_journaled(live):
     db, conn = live
     e = enqueue(conn, "search")
@@ -46,7 +59,7 @@ async def test_cancel_applied_says_requested_not_stopped_and_is_journaled(live):
     async with app.run_test(size=SIZE) as pilot:
         await open_call(pilot, str(e["id"])[:8])
         await pilot.press("c")
-        await settle(pilot, lambda: "What will change" in screen_text(app))
+        await dialog_ready(pilot, "What will change")
         text = screen_text(app)
         assert "does NOT stop it" in text and "queries/operator/request_cancel.sql" in text
         assert "with fencing token 1" in text
@@ -67,7 +80,7 @@ async def test_empty_reason_and_escape_change_nothing(live):
     async with app.run_test(size=SIZE) as pilot:
         await open_call(pilot, str(e["id"])[:8])
         await pilot.press("c")
-        await settle(pilot, lambda: "What will change" in screen_text(app))
+        await dialog_ready(pilot, "What will change")
         await pilot.press("enter")
         await settle(pilot, lambda: "A reason is required" in screen_text(app))
         await type_text(pilot, "never mind")
@@ -85,13 +98,14 @@ async def test_refused_on_stale_token_shows_what_is_true_now(live):
     async with app.run_test(size=SIZE) as pilot:
         await open_call(pilot, str(e["id"])[:8])
         await pilot.press("t")
-        await settle(pilot, lambda: "Mark terminal call" in screen_text(app))
+        await dialog_ready(pilot, "Mark terminal call")
         # meanwhile an operator elsewhere fences the owner out: the token moves on
         from tests.helpers import mark_terminal
 
         assert mark_terminal(conn, e["id"], "running", 1, "failed", force=True, operator="erin")
         await type_text(pilot, "looked stuck")
-        await pilot.press("enter")  # reason -> the state to mark
+        await pilot.press("enter")  # reason -> the state to mark (nothing preselected)
+        await choose(pilot, "failed")
         await pilot.press("tab")  # -> force
         await pilot.press("tab")  # -> leave
         await pilot.press("tab")  # -> apply
@@ -112,11 +126,15 @@ async def test_mark_terminal_forced_fences_the_owner(live):
     async with app.run_test(size=SIZE) as pilot:
         await open_call(pilot, str(e["id"])[:8])
         await pilot.press("t")
-        await settle(pilot, lambda: "force: fence the owner out" in screen_text(app))
+        await dialog_ready(pilot, "force: fence the owner out")
         assert "holds a live" in screen_text(app)
         await type_text(pilot, "worker is wedged")
         await pilot.press("enter")
-        await pilot.press("tab")  # the state stays "failed"; on to force
+        await choose(pilot, "failed")
+        await pilot.press("tab")  # on to force
+        await pilot.press("enter")  # enter does not tick it: it moves on
+        assert not app.screen.query_one("#force").value, "enter never ticks force"
+        await pilot.press("shift+tab")
         await pilot.press("space")  # tick force
         await pilot.press("tab", "tab", "enter")
         await settle(pilot, lambda: "APPLIED" in screen_text(app))
@@ -140,12 +158,13 @@ async def test_approve_unverifiable_needs_the_id_typed_back(live):
         await settle(pilot, lambda: short in screen_text(app))
         assert "UNVERIFIABLE" in screen_text(app) and "psp-1" in screen_text(app)
         await pilot.press("a")
-        await settle(pilot, lambda: "Type the call's first 8 characters" in screen_text(app))
+        await dialog_ready(pilot, "Type the first 8 characters")
+        assert short not in str(app.screen.query_one("#confirm-id").placeholder), "the placeholder never gives it away"
         await type_text(pilot, "checked with the PSP: nothing captured")
         await pilot.press("enter")
         await type_text(pilot, "deadbeef")
         await pilot.press("enter")
-        await settle(pilot, lambda: f"Type {short} to confirm" in screen_text(app))
+        await settle(pilot, lambda: "to confirm this approval" in screen_text(app))
         assert job(conn, e["id"])["state"] == "outcome_unknown"
         for _ in range(8):
             await pilot.press("backspace")
@@ -186,7 +205,7 @@ async def test_lock_timeout_is_reported_as_such_and_journaled(live):
         holder.execute("update tool_jobs set heartbeat_at = now() where id = %s", (e["id"],))
         try:
             await pilot.press("c")
-            await settle(pilot, lambda: "What will change" in screen_text(app))
+            await dialog_ready(pilot, "What will change")
             await type_text(pilot, "stuck")
             await pilot.press("enter")
             await settle(pilot, lambda: "NOT APPLIED" in screen_text(app))
@@ -249,9 +268,16 @@ async def test_notify_wakes_the_screen_long_before_the_next_poll(live):
     app = make_app(db.dsn, listen=True, poll=60.0)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
-        await settle(pilot, lambda: app.listening)
+        await settle(pilot, lambda: app.freshness.listening)
+        fetched = app.screen.fetched_at
+        import time
+
+        started = time.monotonic()
         e = enqueue(conn, "search", "notify-me")
         await settle(pilot, lambda: str(e["id"])[:8] in screen_text(app), timeout=5)
+        took = time.monotonic() - started
+        assert app.screen.fetched_at != fetched, "a fetch the NOTIFY asked for, not the 60 s poll"
+        assert took < 2.0, f"the change reached the screen in {took:.2f}s with a 60 s poll interval"
 
 
 async def test_detail_shows_timeline_and_operator_actions(live):

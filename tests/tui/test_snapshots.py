@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.operator.tui.pictures import SHOTS, SIZE, Shot, make_app, play
+from console.operator.tui.pictures import SHOTS, Shot, make_app, play
 
 
 @pytest.mark.parametrize("shot", SHOTS, ids=[s.name for s in SHOTS])
@@ -17,4 +17,4 @@ def test_picture(snap_compare, scenario_dsn, shot: Shot):
     async def run_before(pilot) -> None:
         await play(pilot, shot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=shot.size, run_before=run_before)

@@ -62,17 +62,18 @@ def test_real_console_in_tmux(db):
     term = Terminal([str(LEASECTL), "--dsn", db.dsn, "--operator", "tess"])
     try:
         screen = term.wait_for("1 Triage")
-        assert "operator tess" in screen and "read-write" in screen
+        assert "tess@" in screen and "read-write" in screen
         term.keys("2")
         term.wait_for("page 1 · ")
         term.wait_for(short)
         term.keys("/")
-        term.wait_for("health:zombie")  # the filter box is open (its hint shows), as a person would see
+        term.wait_for("filter keys")  # the filter box is open (its hint shows), as a person would see
         term.type(f"id:{short}")
         term.keys("Enter")
         term.wait_for(f"filter id:{short}")
         term.keys("c")
         term.wait_for("why are you doing this?")  # the reason field is there
+        time.sleep(0.5)  # a person reads the dialog first (it ignores keys typed before it appeared)
         term.type("done with it")
         term.keys("Enter")
         term.wait_for("APPLIED")

@@ -28,6 +28,7 @@ from console.operator.cli.common import (
     print_json,
 )
 from console.shared.errors import BadInput
+from console.shared.filters import JobFilter
 from console.shared.models import Action, Applied, TerminalState
 
 TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fencing token you saw: the "
@@ -50,7 +51,7 @@ def jobs(
 ) -> None:
     """List calls, newest first."""
     try:
-        where = reads.JobFilter(state=state, tool=tool, owner=owner, agent=agent, key_prefix=key, health=health)
+        where = JobFilter(state=state, tool=tool, owner=owner, agent=agent, key_prefix=key, health=health)
     except ValidationError as exc:
         raise BadInput(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
     with connect_for_reading(dsn) as conn:
@@ -68,7 +69,8 @@ def jobs(
 def show(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     """Everything about one call (payload included with --json)."""
     with connect_for_reading(dsn) as conn:
-        found = reads.job(conn, reads.resolve(conn, job))
+        job_id = reads.resolve(conn, job)
+        found = reads.job_document(conn, job_id) if as_json else reads.job(conn, job_id)
     if found is None:  # deleted between the two reads
         raise BadInput(f"no call {job}")
     if as_json:
@@ -87,7 +89,7 @@ def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None
     if as_json:
         print_json([e.model_dump(mode="json") for e in events])
         return
-    out.print(present.history_table(job_id, events))
+    out.print(present.history_group(job_id, events))
 
 
 def _act(action: Action, job: str, reason: str, token: int | None, operator: str | None, yes: bool,

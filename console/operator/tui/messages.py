@@ -1,4 +1,4 @@
-"""Messages between the database threads and the screens."""
+"""Messages of the console: what screens tell the app, and what the listener tells everyone."""
 
 from __future__ import annotations
 
@@ -7,28 +7,25 @@ from typing import Any
 
 from textual.message import Message
 
-from console.shared.errors import LeasectlError
 
+class DataArrived(Message):
+    """A screen fetched fresh data (bubbles up to the app, which updates the freshness)."""
 
-class Loaded(Message):
-    """A thread worker fetched fresh data for a screen."""
-
-    def __init__(self, data: Any, db_now: datetime) -> None:
+    def __init__(self, db_now: datetime) -> None:
         super().__init__()
-        self.data = data
         self.db_now = db_now
 
 
-class LoadFailed(Message):
-    """A thread worker could not fetch; the screen keeps its last good data."""
+class DataFailed(Message):
+    """A screen could not fetch; it keeps its last good data (bubbles up to the app)."""
 
-    def __init__(self, error: LeasectlError) -> None:
+    def __init__(self, error: BaseException) -> None:
         super().__init__()
         self.error = error
 
 
 class DbChanged(Message):
-    """LISTEN/NOTIFY: a call changed state or owner; refresh early."""
+    """LISTEN/NOTIFY: a call or the fleet changed; refresh early."""
 
     def __init__(self, payload: dict[str, Any]) -> None:
         super().__init__()
@@ -39,12 +36,3 @@ class ListenerState(Message):
     def __init__(self, connected: bool) -> None:
         super().__init__()
         self.connected = connected
-
-
-class ActionDone(Message):
-    """An operator action came back (Applied, Refused) or failed before its guard."""
-
-    def __init__(self, result: Any = None, error: LeasectlError | None = None) -> None:
-        super().__init__()
-        self.result = result
-        self.error = error

@@ -22,6 +22,7 @@ from console.operator.tui.screens.base import PollingScreen
 from console.shared.clock import FrozenClock
 
 SIZE = (140, 45)
+SMALL = (80, 24)  # what every screen must still make sense at: health and freshness first
 
 
 def filter_to(short_id: str) -> list[str]:
@@ -35,6 +36,7 @@ class Shot:
     until: str | None = None  # shown once this text is on screen
     read_only: bool = False
     title: str = ""
+    size: tuple[int, int] = SIZE
 
 
 SHOTS = [
@@ -62,11 +64,19 @@ SHOTS = [
          title="A reconciliation record: the unaccounted agent first and loud, then every call and grant"),
     Shot("help", ["question_mark"], until="Lease health", title="? every binding, and what lease health means"),
     Shot("read_only", [], until="READ-ONLY", read_only=True, title="--read-only"),
+    Shot("small_triage", until="outcome unknown", size=SMALL, title="Triage at 80x24: health, lease, freshness"),
+    Shot("small_detail", [*filter_to("b5c7e033"), "enter"], until="zombie", size=SMALL,
+         title="Call detail at 80x24"),
+    Shot("small_dialog", [*filter_to("8f1b7c3d"), "t"], until="force: fence", size=SMALL,
+         title="Mark terminal at 80x24: the answer and the buttons stay on screen"),
+    Shot("small_approvals", ["3"], until="may already have happened", size=SMALL, title="Approvals at 80x24"),
+    Shot("small_fleet", ["4"], until="ingest-1", size=SMALL, title="Fleet at 80x24"),
 ]
 
 
 def make_app(dsn: str, *, read_only: bool = False, operator: str = "dana") -> LeasectlApp:
-    session = ConsoleSession(dsn, operator=operator, read_only=read_only, label="demo", clock=ANCHOR.isoformat())
+    session = ConsoleSession(dsn, operator=operator, read_only=read_only, label="demo", clock=ANCHOR.isoformat(),
+                             shown_dsn="user=postgres dbname=leasectl_demo host=/home/you/.local/share/leasectl/demo")
     return LeasectlApp(session, clock=FrozenClock(), listen=False)
 
 
@@ -107,7 +117,7 @@ async def play(pilot: Pilot, shot: Shot) -> None:
 async def capture(dsn: str, shot: Shot, directory: Path) -> Path:
     app = make_app(dsn, read_only=shot.read_only)
     path = directory / f"{shot.name}.svg"
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=shot.size) as pilot:
         await play(pilot, shot)
         app.save_screenshot(filename=path.name, path=str(directory))
     return path

@@ -1,24 +1,100 @@
-"""What the screens may know of the app they run in: an interface, so that screens never import
-the app (which imports them). The app implements it; screens and widgets only read it."""
+"""What the screens may know of the app they run in, and the freshness every header shows.
+
+State flows one way: screens post what they fetched (messages.DataArrived / DataFailed), the app
+turns it into a new `Freshness` (a reactive), and the widgets that show it watch that reactive, as
+Textual's Header watches `app.title`. Screens never call into the app and never import it; they
+read it through the `ConsoleApp` interface below.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from console.db.session import ConsoleSession
 from console.shared.clock import Clock
-from console.shared.errors import LeasectlError
+from console.shared.errors import DatabaseUnavailable, SchemaError
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How fresh the data on screen is, by the database's clock: the last good fetch, and the
+    trouble since, if any. Immutable: each change is a new value, so watchers see every one."""
+
+    db_now: datetime | None = None        # now() of the last good fetch
+    fetched_at: float | None = None       # our monotonic clock when it arrived
+    trouble: str | None = None            # what went wrong since (a person's words)
+    trouble_kind: str | None = None       # "unreachable", "schema" or "refresh"
+    trouble_since: datetime | None = None
+    listening: bool = False               # the LISTEN connection is up
+    listener_known: bool = False          # the listener has reported at least once
+
+    def arrived(self, db_now: datetime, at: float) -> Freshness:
+        return replace(self, db_now=db_now, fetched_at=at, trouble=None, trouble_kind=None, trouble_since=None)
+
+    def failed(self, error: BaseException, at: float) -> Freshness:
+        kind = ("unreachable" if isinstance(error, DatabaseUnavailable) else
+                "schema" if isinstance(error, SchemaError) else "refresh")
+        since = self.trouble_since if self.trouble is not None else self.db_time(at)
+        hint = getattr(error, "hint", None)
+        words = str(error) + (f" — {hint}" if kind == "schema" and hint else "")
+        return replace(self, trouble=words, trouble_kind=kind, trouble_since=since)
+
+    def with_listener(self, connected: bool) -> Freshness:
+        return replace(self, listening=connected, listener_known=True)
+
+    def db_time(self, at: float) -> datetime | None:
+        """The database's clock at our monotonic instant `at`: the last fetch's now() plus the time since."""
+        if self.db_now is None or self.fetched_at is None:
+            return None
+        return self.db_now + timedelta(seconds=at - self.fetched_at)
+
+    def age(self, at: float) -> float | None:
+        return None if self.fetched_at is None else at - self.fetched_at
+
+    def stale(self, at: float, poll_seconds: float) -> bool:
+        age = self.age(at)
+        return self.trouble is not None or age is None or age > max(3 * poll_seconds, 10.0)
+
+    def live(self, at: float, poll_seconds: float) -> bool:
+        """Honest "● live": the listener is up AND the data is fresh (never under a trouble banner)."""
+        return self.listening and not self.stale(at, poll_seconds)
 
 
 class ConsoleApp(Protocol):
+    """The app as screens see it: the session, the clock, the poll interval, and freshness."""
+
     session: ConsoleSession
     clock: Clock
     poll_seconds: float
+    freshness: Freshness
 
-    def data_arrived(self, db_now: datetime) -> None: ...
-    def data_failed(self, error: LeasectlError) -> None: ...
-    def retry_seconds(self) -> float: ...
-    def db_time(self) -> datetime | None: ...
-    def data_age(self) -> float | None: ...
-    def why_no_actions(self) -> str | None: ...
+
+def why_no_actions(app: ConsoleApp) -> str | None:
+    """Why an action may not start now, or None: read-only, unreachable, or stale data."""
+    if app.session.read_only_reason:
+        return f"Read-only console: {app.session.read_only_reason}. Actions are disabled."
+    if app.freshness.trouble is not None:
+        return "The database is not answering: actions are disabled until fresh data arrives."
+    if app.freshness.stale(app.clock.monotonic(), app.poll_seconds):
+        return "The data on screen is stale: actions are disabled until it is refreshed."
+    return None
+
+
+def trouble_banner(app: ConsoleApp) -> str | None:
+    """The loud line under the header: what is wrong, since when, and what is shown meanwhile."""
+    f = app.freshness
+    now = app.clock.monotonic()
+    if f.trouble is None:
+        if f.fetched_at is not None and f.stale(now, app.poll_seconds):
+            return "Data is stale: the last refresh is too old. Actions are disabled."
+        return None
+    since = f.trouble_since.strftime("%H:%M:%S") if f.trouble_since else "start"
+    last = f.db_now.strftime("%H:%M:%S") if f.db_now else "never"
+    if f.trouble_kind == "unreachable":
+        return (f"DATABASE UNREACHABLE since {since} — showing data from {last}. "
+                f"Actions disabled. Reconnecting… ({f.trouble})")
+    if f.trouble_kind == "schema":
+        return f"SCHEMA PROBLEM: {f.trouble}"
+    return f"CANNOT REFRESH since {since} — showing data from {last}. Actions disabled. ({f.trouble})"

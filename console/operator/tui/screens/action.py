@@ -1,50 +1,65 @@
-"""The action dialog: what will change, the guard it relies on, the query it runs, a reason.
+"""The action dialogs: what will change, the guard it relies on, the query it runs, a reason.
 
-No single keystroke changes data: the reason is required (first field), an unverifiable
-approval also needs the call's id typed back, `enter` in the last field applies, `esc` leaves
-without changing anything. The answer is the database's: applied, or refused with what is
-true now.
+No ordinary typing changes data:
+* the reason is required (first field); approving an unverifiable retry also needs the call's id
+  typed back; `enter` in the last field applies, `esc` leaves without changing anything;
+* keys typed before the dialog appeared -- the rest of a burst of typing that happened to open it,
+  `/ocean⏎` on a call's detail -- are ignored until the keyboard pauses, and the dialog says so;
+* `enter` on the force checkbox moves on; only `space` (or a click) ticks it.
+The answer is the database's: applied, or refused with what is true now. A failure before the
+guard (a locked row, an unexpected error) reads NOT APPLIED and why; nothing is left waiting.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import time
+from collections.abc import Iterable
+from typing import Any, ClassVar, cast
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.worker import Worker, WorkerState
 
 from console.db import actions
 from console.db.connect import Conn
 from console.db.sql import load
 from console.operator import present
-from console.operator.tui.messages import ActionDone
+from console.operator.tui.failures import describe_failure
+from console.operator.tui.state import ConsoleApp
 from console.shared.clock import FrozenClock
-from console.shared.errors import LeasectlError, RowLocked
+from console.shared.config import MAX_REASON_CHARS
+from console.shared.errors import RowLocked
 from console.shared.health import format_seconds
-from console.shared.models import ActionResult, Applied, JobSummary, Refused
+from console.shared.models import Action, Applied, JobSummary
+from console.shared.text import sanitize
 
-TITLES = {"cancel": "Cancel", "mark_terminal": "Mark terminal", "approve_retry": "Approve a retry of"}
+# A key that follows the previous one within this long belongs to the same burst of typing: if the
+# burst began before the dialog was on screen, it was not typed *at* the dialog.
+TYPE_AHEAD_GAP = 0.35
+# keys that never change data and must always work: leave, quit
+ALWAYS_HEARD = frozenset({"escape", "ctrl+c"})
 
 
-def terminal_choices(state: str) -> list[str]:
-    if state == "outcome_unknown":
-        return ["succeeded", "failed"]
-    if state == "queued":
-        return ["failed", "cancelled"]
-    return ["failed", "succeeded", "cancelled"]
+class SafeCheckbox(Checkbox):
+    """A checkbox that `enter` does not tick: enter moves on, space ticks."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "app.focus_next", "Next field", show=False),
+        Binding("space", "toggle_button", "Toggle", show=False),
+    ]
 
 
 class GuardedDialog(ModalScreen[object | None]):
     """What every guarded action shares: the frame (what will change, the guard, the query it
-    runs), the reason, `enter` in the last field applies, `esc` leaves, the database's answer.
-
-    Subclasses say what changes and how to send it; the sending runs in a thread worker.
-    """
+    runs), the reason, `enter` in the last field applies, `esc` leaves, the database's answer,
+    and the type-ahead guard. Subclasses say what changes and how to send it; the sending runs
+    in a thread worker."""
 
     CSS_PATH = "action.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -53,10 +68,23 @@ class GuardedDialog(ModalScreen[object | None]):
     ]
     query_name = ""  # the queries/ file this dialog runs, shown to the user
 
-    def __init__(self) -> None:
+    def __init__(self, *, seen_at: float | None = None) -> None:
         super().__init__()
         self.result: object | None = None
         self.busy = False
+        self.seen_at = seen_at  # monotonic instant of the data the guard relies on
+        # the moment the key that opened it was handled: keys after it may arrive before this
+        # screen is even mounted (a busy machine), and they are type-ahead as much as the others.
+        # Key events carry the real monotonic time of their arrival, whatever the console's clock.
+        self.opened_at = time.monotonic()
+        self._last_swallowed: float | None = None
+        self.swallowed = 0
+        self.armed = False
+        self.closed = False
+
+    @property
+    def console(self) -> ConsoleApp:
+        return cast(ConsoleApp, self.app)
 
     # ------------------------------------------------------------------ to implement
     def title_text(self) -> Text:
@@ -65,12 +93,16 @@ class GuardedDialog(ModalScreen[object | None]):
     def what_changes(self) -> Text:
         raise NotImplementedError
 
-    def guard(self) -> Text:
+    def guard_words(self) -> Text:
         raise NotImplementedError
 
-    def extra_fields(self) -> ComposeResult:
+    def extra_fields(self) -> Iterable[Widget]:
         """Fields after the reason."""
-        yield from ()
+        return ()
+
+    def blast_radius(self) -> Iterable[Widget]:
+        """What the action will touch, shown under what will change."""
+        return ()
 
     def last_field(self) -> str:
         return "reason"
@@ -93,30 +125,66 @@ class GuardedDialog(ModalScreen[object | None]):
     def compose(self) -> ComposeResult:
         query = load(self.query_name)
         with Vertical(id="dialog"):
-            yield Static(self.title_text(), id="dialog-title")
-            yield Static(self.what_changes(), id="what-changes")
-            yield Static(self.guard(), id="guard")
-            runs = Text()
-            runs.append("runs ", style="dim")
-            runs.append(query.path, style="bold")
-            runs.append(f" — {query.purpose.split('.')[0]}.", style="dim")
-            yield Static(runs, id="runs")
-            yield Label("Reason (required, journaled with your name):")
-            yield Input(placeholder="why are you doing this?", id="reason")
-            yield from self.extra_fields()
-            yield Static(id="outcome")
-            with Horizontal(id="buttons"):
-                yield Button("Leave (esc)", id="leave", variant="default")
-                yield Button("Apply", id="apply", variant="warning")
-            yield Static(Text("tab: next field · enter in the last field: apply · esc: leave, nothing changes",
-                              style="dim"), id="keys")
+            with VerticalScroll(id="dialog-body"):
+                yield Static(self.title_text(), id="dialog-title")
+                yield Static(self.what_changes(), id="what-changes")
+                yield from self.blast_radius()
+                yield Static(self.guard(), id="guard")
+                runs = Text()
+                runs.append("runs ", style="dim")
+                runs.append(query.path, style="bold")
+                runs.append(f" — {query.purpose.split('.')[0]}.", style="dim")
+                yield Static(runs, id="runs")
+                yield Label("Reason (required, journaled with your name):")
+                yield Input(placeholder="why are you doing this?", id="reason", max_length=MAX_REASON_CHARS)
+                yield from self.extra_fields()
+            with Vertical(id="dialog-foot"):
+                yield Static(id="outcome")
+                with Horizontal(id="buttons"):
+                    yield Button("Leave (esc)", id="leave", variant="default")
+                    yield Button("Apply", id="apply", variant="warning")
+                yield Static(Text("tab: next field · enter in the last field: apply · esc: leave, nothing changes",
+                                  style="dim"), id="keys")
 
     def on_mount(self) -> None:
-        if isinstance(self.app.clock, FrozenClock):  # type: ignore[attr-defined]
+        if isinstance(self.console.clock, FrozenClock):
             # a frozen clock (tests, screenshots) renders one instant: nothing blinks either
             for field in self.query(Input):
                 field.cursor_blink = False
         self.query_one("#reason", Input).focus()
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        if self.result is None:
+            self.query_one("#guard", Static).update(self.guard())
+
+    def seen_words(self) -> str:
+        """"as you saw it 4s ago": ticking, so an old screen is never mistaken for a fresh one."""
+        if self.seen_at is None:
+            return ""
+        return f" (as you saw it {format_seconds(max(self.console.clock.monotonic() - self.seen_at, 0))} ago)"
+
+    def guard(self) -> Text:
+        return self.guard_words()
+
+    # ------------------------------------------------------------------ type-ahead
+    def swallows(self, event: events.Key) -> bool:
+        """True for a key that belongs to a burst of typing begun before this dialog appeared.
+
+        The app asks before it forwards a key here. The first pause in the typing arms the
+        dialog; from then on every key is the operator's answer to what is on screen."""
+        if self.armed or self.closed or event.key in ALWAYS_HEARD:
+            return False
+        previous = self._last_swallowed if self._last_swallowed is not None else self.opened_at
+        if event.time < self.opened_at or event.time - previous < TYPE_AHEAD_GAP:
+            self._last_swallowed = event.time
+            self.swallowed += 1
+            if self.is_mounted:
+                self._say(Text(f"Ignored {self.swallowed} key{'s' if self.swallowed != 1 else ''} typed before this "
+                               "dialog appeared. Read it, then type.", style="italic yellow"))
+            return True
+        self.armed = True
+        return False
 
     # ------------------------------------------------------------------ applying
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -135,10 +203,11 @@ class GuardedDialog(ModalScreen[object | None]):
 
     def action_close_if_answered(self) -> None:
         if self.result is not None:
+            self.closed = True
             self.dismiss(self.result)
 
     def apply(self) -> None:
-        if self.busy:
+        if self.busy or self.result is not None:
             return
         reason = self.query_one("#reason", Input).value.strip()
         if not reason:
@@ -153,117 +222,208 @@ class GuardedDialog(ModalScreen[object | None]):
         self._send(reason, fields)
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
-    def _send(self, reason: str, fields: dict[str, object]) -> None:
-        session = self.app.session  # type: ignore[attr-defined]
-        try:
-            result = session.act(lambda conn: self.perform(conn, session.operator, reason, fields))
-            self.post_message(ActionDone(result=result))
-        except LeasectlError as exc:
-            self.post_message(ActionDone(error=exc))
+    def _send(self, reason: str, fields: dict[str, object]) -> object:
+        session = self.console.session
+        return session.act(lambda conn: self.perform(conn, session.operator, reason, fields))
 
-    def on_action_done(self, message: ActionDone) -> None:
-        message.stop()
-        self.busy = False
-        if message.error is not None:
-            text = Text()
-            if isinstance(message.error, RowLocked):
-                text.append("NOT APPLIED — row is locked by another transaction. ", style="bold yellow")
-                text.append("Nothing changed (the attempt is journaled). Try again in a moment, or find the "
-                            "blocking session.")
-            else:
-                text.append("NOT APPLIED — ", style="bold red")
-                text.append(str(message.error))
-                text.append(" Nothing changed.")
-            self._say(text)
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "action" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
             return
-        self.result = message.result
+        self.busy = False
+        if event.state == WorkerState.ERROR:
+            self._not_applied(event.worker.error)
+            return
+        self.result = event.worker.result
         for widget in self.query("Input, Select, Checkbox, Label, #buttons"):
             widget.display = False
-        text = self.answer(message.result)
+        text = self.answer(self.result)
         text.append("\nenter or esc: close", style="dim")
         self._say(text)
         self.query_one("#keys", Static).display = False
         self.set_focus(None)
 
+    def _not_applied(self, error: BaseException | None) -> None:
+        text = Text()
+        if isinstance(error, RowLocked):
+            text.append("NOT APPLIED — row is locked by another transaction. ", style="bold yellow")
+            text.append("Nothing changed (the attempt is journaled). Try again in a moment, or find the "
+                        "blocking session.")
+        else:
+            text.append("NOT APPLIED — ", style="bold red")
+            text.append(describe_failure(error, f"the {type(self).__name__} action"))
+            text.append(" You may try again; the call's history shows every action that reached the database.")
+        self._say(text)
+
     def _say(self, text: Text) -> None:
         self.query_one("#outcome", Static).update(text)
 
     def action_leave(self) -> None:
+        self.closed = True
         self.dismiss(self.result)
+
+
+# ----------------------------------------------------------------------------- the call actions
+
+
+class CallAction:
+    """What differs between cancel, mark terminal and approve a retry: the words, the fields."""
+
+    action: Action
+    title = ""
+
+    def what_changes(self, job: JobSummary) -> Text:
+        raise NotImplementedError
+
+    def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
+        return ()
+
+    def last_field(self, job: JobSummary) -> str:
+        return "reason"
+
+    def enter_applies(self, job: JobSummary, field_id: str | None) -> bool:
+        return field_id == self.last_field(job)
+
+    def collect(self, dialog: ActionDialog) -> dict[str, object] | None:
+        return {}
+
+
+class Cancel(CallAction):
+    action = "cancel"
+    title = "Cancel"
+
+    def what_changes(self, job: JobSummary) -> Text:
+        text = Text()
+        text.append("What will change: ", style="bold")
+        if job.state == "queued":
+            text.append("queued → cancelled. It never started; nothing ran.")
+        else:
+            text.append("running → cancel requested. ")
+            text.append("This does NOT stop it: ", style="bold yellow")
+            text.append(f"the worker ({sanitize(job.owner_id, max_chars=60)}) hears the request at its next "
+                        "heartbeat and confirms; until then it may still be running. Cancel is not rollback.")
+        return text
+
+
+class MarkTerminal(CallAction):
+    action = "mark_terminal"
+    title = "Mark terminal"
+
+    @staticmethod
+    def choices(state: str) -> list[str]:
+        if state == "outcome_unknown":
+            return ["succeeded", "failed"]
+        if state == "queued":
+            return ["failed", "cancelled"]
+        return ["failed", "succeeded", "cancelled"]
+
+    def what_changes(self, job: JobSummary) -> Text:
+        text = Text()
+        text.append("What will change: ", style="bold")
+        text.append(f"{job.state.replace('_', ' ')} → the state you choose, for good. ")
+        if job.lease_live:
+            text.append(f"The owner {sanitize(job.owner_id, max_chars=60)} holds a live lease "
+                        f"({format_seconds(job.lease_left_seconds)} left): ", style="bold yellow")
+            text.append("without force the database refuses; with force the owner is fenced out.")
+        else:
+            text.append("No live lease: nobody is working on it.")
+        return text
+
+    def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
+        yield Label("Mark it as (what really happened, checked outside):")
+        # nothing preselected: a guess here would be journaled as the operator's finding
+        yield Select([(c, c) for c in self.choices(job.state)], prompt="choose…", allow_blank=True, id="terminal")
+        if job.lease_live:
+            yield SafeCheckbox(f"force: fence the owner out (token {job.fencing_token} → {job.fencing_token + 1}); "
+                               "its heartbeat and result will be rejected (space ticks it)", id="force")
+
+    def enter_applies(self, job: JobSummary, field_id: str | None) -> bool:
+        return False  # mark-terminal goes on to its state (and force), then Apply
+
+    def collect(self, dialog: ActionDialog) -> dict[str, object] | None:
+        chosen = dialog.query_one("#terminal", Select)
+        if chosen.value is Select.BLANK:
+            dialog._say(Text("Choose what really happened: the state is journaled as your finding.",
+                             style="bold red"))
+            chosen.focus()
+            return None
+        force = bool(dialog.query_one("#force", Checkbox).value) if dialog.job.lease_live else False
+        return {"terminal_state": str(chosen.value), "force": force}
+
+
+class ApproveRetry(CallAction):
+    action = "approve_retry"
+    title = "Approve a retry of"
+
+    @staticmethod
+    def confirms_id(job: JobSummary) -> bool:
+        return job.side_effect == "mutating_unverifiable"
+
+    def what_changes(self, job: JobSummary) -> Text:
+        text = Text()
+        text.append("What will change: ", style="bold")
+        text.append("outcome unknown → queued, with room for exactly one more attempt. ")
+        text.append("A worker may then run it again", style="bold yellow")
+        if job.external_request_id:
+            text.append(f"; the previous request {sanitize(job.external_request_id, max_chars=80)} may already have "
+                        "taken effect.")
+        else:
+            text.append(".")
+        return text
+
+    def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
+        if self.confirms_id(job):
+            yield Label("This side effect cannot be checked. Type the first 8 characters of the call's id (in the "
+                        "title above) to confirm:")
+            yield Input(placeholder="the call's first 8 characters", id="confirm-id", max_length=8)
+
+    def last_field(self, job: JobSummary) -> str:
+        return "confirm-id" if self.confirms_id(job) else "reason"
+
+    def collect(self, dialog: ActionDialog) -> dict[str, object] | None:
+        if self.confirms_id(dialog.job):
+            typed = dialog.query_one("#confirm-id", Input).value.strip().lower()
+            if typed != dialog.job.short_id:
+                dialog._say(Text("Type the first 8 characters of the call's id to confirm this approval.",
+                                 style="bold red"))
+                dialog.query_one("#confirm-id", Input).focus()
+                return None
+        return {}
+
+
+CALL_ACTIONS: dict[str, CallAction] = {spec.action: spec for spec in (Cancel(), MarkTerminal(), ApproveRetry())}
 
 
 class ActionDialog(GuardedDialog):
     """Cancel, mark terminal or approve a retry of one call."""
 
     def __init__(self, action: str, job: JobSummary, *, seen_at: float | None = None) -> None:
-        super().__init__()
-        self.action = action
+        super().__init__(seen_at=seen_at)
+        self.spec = CALL_ACTIONS[action]
         self.job = job
-        self.seen_age = seen_at
-        self.query_name = actions.QUERY[action]
+        self.query_name = actions.QUERY[self.spec.action]
 
     def title_text(self) -> Text:
         title = Text()
-        title.append(f"{TITLES[self.action]} call {self.job.short_id}", style="bold")
-        title.append(f"  {self.job.tool}", style="dim")
+        title.append(f"{self.spec.title} call {self.job.short_id}", style="bold")
+        title.append(f"  {sanitize(self.job.tool, max_chars=60)}", style="dim")
         return title
 
-    def extra_fields(self) -> ComposeResult:
-        job = self.job
-        if self.action == "mark_terminal":
-            yield Label("Mark it as:")
-            choices = terminal_choices(job.state)
-            yield Select([(c, c) for c in choices], value=choices[0], allow_blank=False, id="terminal")
-            if job.lease_live:
-                yield Checkbox(f"force: fence the owner out (token {job.fencing_token} → "
-                               f"{job.fencing_token + 1}); its heartbeat and result will be rejected",
-                               id="force")
-        if self._confirms_id:
-            yield Label(f"This side effect cannot be checked. Type the call's first 8 characters "
-                        f"({job.short_id}) to confirm:")
-            yield Input(placeholder=job.short_id, id="confirm-id", max_length=8)
+    def what_changes(self) -> Text:
+        return self.spec.what_changes(self.job)
 
-    @property
-    def _confirms_id(self) -> bool:
-        return self.action == "approve_retry" and self.job.side_effect == "mutating_unverifiable"
+    def extra_fields(self) -> Iterable[Widget]:
+        return self.spec.extra_fields(self.job)
 
     def last_field(self) -> str:
-        return "confirm-id" if self._confirms_id else "reason"
+        return self.spec.last_field(self.job)
 
     def enter_applies(self, field_id: str | None) -> bool:
-        # mark-terminal goes on to its state (and force), then Apply
-        return field_id == self.last_field() and self.action != "mark_terminal"
+        return self.spec.enter_applies(self.job, field_id)
 
-    def what_changes(self) -> Text:
-        job = self.job
-        text = Text()
-        text.append("What will change: ", style="bold")
-        if self.action == "cancel":
-            if job.state == "queued":
-                text.append("queued → cancelled. It never started; nothing ran.")
-            else:
-                text.append("running → cancel requested. ", style="")
-                text.append("This does NOT stop it: ", style="bold yellow")
-                text.append(f"the worker ({job.owner_id}) hears the request at its next heartbeat and "
-                            "confirms; until then it may still be running. Cancel is not rollback.")
-        elif self.action == "mark_terminal":
-            text.append(f"{job.state.replace('_', ' ')} → the state you choose, for good. ")
-            if job.lease_live:
-                left = format_seconds(job.lease_left_seconds)
-                text.append(f"The owner {job.owner_id} holds a live lease ({left} left): ", style="bold yellow")
-                text.append("without force the database refuses; with force the owner is fenced out.")
-            else:
-                text.append("No live lease: nobody is working on it.")
-        else:
-            text.append("outcome unknown → queued, with room for exactly one more attempt. ")
-            text.append("A worker may then run it again", style="bold yellow")
-            if job.external_request_id:
-                text.append(f"; the previous request {job.external_request_id} may already have taken effect.")
-            else:
-                text.append(".")
-        return text
+    def collect(self) -> dict[str, object] | None:
+        return self.spec.collect(self)
 
-    def guard(self) -> Text:
+    def guard_words(self) -> Text:
         job = self.job
         text = Text()
         text.append("Guard: ", style="bold")
@@ -271,40 +431,21 @@ class ActionDialog(GuardedDialog):
         text.append(job.state.replace("_", " "), style="bold")
         text.append(" with fencing token ")
         text.append(str(job.fencing_token), style="bold")
-        seen = f" (as you saw it {format_seconds(self.seen_age)} ago)" if self.seen_age is not None else ""
-        text.append(f"{seen}; if it changed, nothing happens and you are told what is true now.")
+        text.append(f"{self.seen_words()}; if it changed, nothing happens and you are told what is true now.")
         return text
 
-    def collect(self) -> dict[str, object] | None:
-        if self._confirms_id:
-            typed = self.query_one("#confirm-id", Input).value.strip().lower()
-            if typed != self.job.short_id:
-                self._say(Text(f"Type {self.job.short_id} to confirm this approval.", style="bold red"))
-                self.query_one("#confirm-id", Input).focus()
-                return None
-        if self.action != "mark_terminal":
-            return {}
-        return {"terminal": str(self.query_one("#terminal", Select).value),
-                "force": bool(self.query_one("#force", Checkbox).value) if self.job.lease_live else False}
-
-    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, object]) -> ActionResult:
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> object:
         job = self.job
-        if self.action == "cancel":
-            return actions.cancel(conn, job.id, seen_state=job.state, seen_token=job.fencing_token,
-                                  operator=operator, reason=reason)
-        if self.action == "mark_terminal":
-            return actions.mark_terminal(conn, job.id, seen_state=job.state, seen_token=job.fencing_token,
-                                         terminal_state=str(fields["terminal"]), operator=operator,
-                                         reason=reason, force=bool(fields["force"]))
-        return actions.approve_retry(conn, job.id, seen_state=job.state, seen_token=job.fencing_token,
-                                     operator=operator, reason=reason)
+        return actions.perform(conn, self.spec.action, job.id, seen_state=job.state, seen_token=job.fencing_token,
+                               operator=operator, reason=reason, terminal_state=fields.get("terminal_state"),
+                               force=bool(fields.get("force", False)))
 
     def answer(self, result: object) -> Text:
-        assert isinstance(result, Applied | Refused)
+        applied = isinstance(result, Applied)
         text = Text()
-        text.append("APPLIED — " if isinstance(result, Applied) else "REFUSED — ",
-                    style="bold green" if isinstance(result, Applied) else "bold red")
-        text.append(present.action_message(result))
-        if result.request_id:
-            text.append(f"\nrequest {result.request_id} is in the call's history.", style="dim")
+        text.append("APPLIED — " if applied else "REFUSED — ", style="bold green" if applied else "bold red")
+        text.append(present.action_message(result))  # type: ignore[arg-type]
+        request_id = getattr(result, "request_id", None)
+        if request_id:
+            text.append(f"\nrequest {request_id} is in the call's history.", style="dim")
         return text

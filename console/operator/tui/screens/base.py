@@ -2,30 +2,55 @@
 
 * Polling: a one-shot timer, re-armed only after a fetch has come back, so a slow database
   never gets overlapping polls from us; LISTEN/NOTIFY only makes the next poll come sooner.
-* Database work runs in a thread worker and comes back as a message; widgets are touched
-  on the UI thread only.
-* Actions go through one place that refuses them on a read-only session or stale data.
+* Database work runs in a thread worker; its result or its failure comes back as the worker's
+  StateChanged message, handled here (failures through console.operator.tui.failures, the one
+  place). Widgets are touched on the UI thread only.
+* Time: the screen's own one-second timer re-renders ages from the database's clock at its last
+  fetch plus the monotonic time since. Freshness goes up to the app as a message; nothing here
+  calls into the app.
+* `/` exists on every screen: a list filters, a screen with nothing to filter says so.
+* Actions go through one place that refuses them on a read-only session or stale data; on a
+  read-only session the keys that change data are not even offered in the footer.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, cast
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, cast
 
 from textual import work
+from textual.app import SystemCommand
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.worker import Worker, WorkerState
 
 from console.db.connect import Conn
-from console.operator.tui.messages import Loaded, LoadFailed
-from console.operator.tui.state import ConsoleApp
-from console.shared.errors import LeasectlError
-from console.shared.models import JobSummary
+from console.operator.tui.failures import describe_failure
+from console.operator.tui.messages import DataArrived, DataFailed
+from console.operator.tui.state import ConsoleApp, why_no_actions
+from console.operator.tui.widgets.filterbar import FilterBar
+from console.shared.errors import BadInput, LeasectlError
+from console.shared.models import CANCELLABLE_STATES, TERMINAL_STATES, JobSummary
+
+CALL_ACTION_BINDINGS: list[BindingType] = [
+    Binding("c", "cancel_call", "Cancel", tooltip="Request a cancel of the selected call"),
+    Binding("t", "mark_terminal", "Mark terminal", tooltip="Close the call after checking outside"),
+    Binding("a", "approve_retry", "Approve retry", tooltip="Outcome unknown: allow one more attempt"),
+]
+# the actions that change data: never offered on a read-only session
+CHANGES_DATA = frozenset({"cancel_call", "mark_terminal", "approve_retry", "drain", "abort", "bulk_cancel",
+                          "bulk_mark_terminal", "bulk_approve_retry"})
 
 
 class PollingScreen(Screen[None]):
-    """Subclasses implement `load(conn)` (worker thread) and `show(data)` (UI thread)."""
+    """Subclasses implement `load(conn)` (worker thread), `show(data)` and `db_now_of(data)` (UI thread)."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter", tooltip="Show only what matches (/ on every list)"),
+    ]
     poll_seconds: float | None = None  # None: the app's interval
     # Where a pushed screen sits under its mode ("call 1a2b3c4d"): the header shows "1 Triage > call
     # 1a2b3c4d", so nobody mistakes a call's detail for the list it was opened from.
@@ -37,14 +62,18 @@ class PollingScreen(Screen[None]):
         self._in_flight = False
         self._again = False
         self.loaded_once = False
+        self.failures = 0
+        self.db_now: datetime | None = None
+        self.fetched_at: float | None = None
 
     @property
-    def lapp(self) -> ConsoleApp:
+    def console(self) -> ConsoleApp:
         return cast(ConsoleApp, self.app)
 
     # ------------------------------------------------------------------ polling
     def on_mount(self) -> None:
         self.schedule(0)
+        self.set_interval(1.0, self._tick)
 
     def on_screen_resume(self) -> None:
         self.schedule(0)
@@ -75,36 +104,57 @@ class PollingScreen(Screen[None]):
             self.schedule(0.05)
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
-    def _fetch_in_thread(self) -> None:
-        try:
-            data, db_now = self.lapp.session.read(self._load_with_clock)
-        except LeasectlError as exc:
-            self.post_message(LoadFailed(exc))
-            return
-        except Exception as exc:  # noqa: BLE001 - a bug must not kill the console; show it
-            self.post_message(LoadFailed(LeasectlError(f"{type(exc).__name__}: {exc}")))
-            return
-        self.post_message(Loaded(data, db_now))
+    def _fetch_in_thread(self) -> Any:
+        return self.console.session.read(self.load)
 
-    def _load_with_clock(self, conn: Conn) -> tuple[Any, datetime]:
-        data = self.load(conn)
-        return data, self.db_now_of(data)
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "poll":
+            return
+        if event.state == WorkerState.SUCCESS:
+            self._loaded(event.worker.result)
+        elif event.state == WorkerState.ERROR:
+            self._failed(event.worker.error)
+        elif event.state == WorkerState.CANCELLED:
+            self._in_flight = False
 
-    def on_loaded(self, message: Loaded) -> None:
-        message.stop()
+    def _loaded(self, data: Any) -> None:
         self._in_flight = False
         self.loaded_once = True
-        self.lapp.data_arrived(message.db_now)
-        self.show(message.data)
-        self.schedule(0 if self._again else self.lapp.poll_seconds)
+        self.failures = 0
+        self.db_now = self.db_now_of(data)
+        self.fetched_at = self.console.clock.monotonic()
+        self.post_message(DataArrived(self.db_now))
+        self.show(data)
+        self.schedule(0 if self._again else (self.poll_seconds or self.console.poll_seconds))
         self._again = False
 
-    def on_load_failed(self, message: LoadFailed) -> None:
-        message.stop()
+    def _failed(self, error: BaseException | None) -> None:
         self._in_flight = False
         self._again = False
-        self.lapp.data_failed(message.error)
-        self.schedule(self.lapp.retry_seconds())
+        self.failures += 1
+        if not isinstance(error, LeasectlError):
+            error = LeasectlError(describe_failure(error, f"the {type(self).__name__.removesuffix('Screen')} refresh"))
+        self.post_message(DataFailed(error))
+        self.schedule(min(1.0 * 2 ** (self.failures - 1), 10.0))
+
+    def now(self) -> datetime | None:
+        """The database's clock now, for this screen: its last fetch's now() plus the time since."""
+        if self.db_now is None or self.fetched_at is None:
+            return None
+        return self.db_now + timedelta(seconds=self.console.clock.monotonic() - self.fetched_at)
+
+    def seen_age(self) -> float | None:
+        return None if self.fetched_at is None else self.console.clock.monotonic() - self.fetched_at
+
+    def _tick(self) -> None:
+        now = self.now()
+        if now is None or not self.loaded_once:
+            return
+        try:
+            self.tick(now)
+        except NoMatches:
+            # a screen being torn down (quit, or popped) loses its widgets before its timers stop
+            return
 
     # ------------------------------------------------------------------ to implement
     def load(self, conn: Conn) -> Any:
@@ -119,9 +169,51 @@ class PollingScreen(Screen[None]):
     def tick(self, now: datetime) -> None:
         """Every second, with the database's clock: re-render ages."""
 
+    # ------------------------------------------------------------------ the filter (/ on every screen)
+    # A list sets `filter_value` (anything with .describe() and .empty) and implements
+    # parse_filter_text and filter_changed; a screen without a list says there is nothing to filter.
+    filter_value: Any = None
+
+    def parse_filter_text(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def filter_changed(self) -> None:
+        """The filter is new: show it, and refresh what it selects."""
+
+    def action_filter(self) -> None:
+        if self.filter_value is None:
+            self.app.notify("There is nothing to filter on this screen (esc goes back).", title="Filter")
+            return
+        self.query_one(FilterBar).open(self.filter_value.describe())
+
+    def action_clear_filter(self) -> None:
+        if self.filter_value is not None and not self.filter_value.empty:
+            self.filter_value = self.parse_filter_text("")
+            self.filter_changed()
+
+    def on_filter_bar_applied(self, message: FilterBar.Applied) -> None:
+        try:
+            parsed = self.parse_filter_text(message.value)
+        except BadInput as exc:
+            # the bar stays open with what was typed: fix it, or esc
+            self.app.notify(f"{exc}" + (f"\n{exc.hint}" if exc.hint else ""), title="Bad filter", severity="error",
+                            timeout=12)
+            return
+        self.query_one(FilterBar).close()
+        self.filter_value = parsed
+        self.filter_changed()
+
     # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # on a read-only session the actions that change data are not offered at all
+        return not (action in CHANGES_DATA and self.console.session.read_only_reason)
+
     def selected_job(self) -> JobSummary | None:
         return None
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """This screen's entries in the command palette (its actions, by name)."""
+        return ()
 
     def action_cancel_call(self) -> None:
         self._open_action("cancel")
@@ -134,7 +226,7 @@ class PollingScreen(Screen[None]):
 
     def actions_allowed(self) -> bool:
         """False (and says why) on a read-only session, an unreachable database or stale data."""
-        refusal = self.lapp.why_no_actions()
+        refusal = why_no_actions(self.console)
         if refusal:
             self.app.notify(refusal, title="Not allowed", severity="error")
         return refusal is None
@@ -152,18 +244,17 @@ class PollingScreen(Screen[None]):
             return
         from console.operator.tui.screens.action import ActionDialog
 
-        self.app.push_screen(ActionDialog(action, job, seen_at=self.lapp.data_age()),
-                             lambda _result: self.wake())
+        self.app.push_screen(ActionDialog(action, job, seen_at=self.fetched_at), lambda _result: self.wake())
 
 
 def action_not_possible(action: str, job: JobSummary) -> str | None:
     """Say so before opening a dialog whose guard could only refuse."""
-    if action == "cancel" and job.state not in ("queued", "running"):
+    if action == "cancel" and job.state not in CANCELLABLE_STATES:
         if job.state == "cancel_requested":
             return "A cancel is already requested; the worker has not confirmed it yet."
         return f"A {job.state.replace('_', ' ')} call cannot be cancelled."
     if action == "approve_retry" and job.state != "outcome_unknown":
         return "Only a call whose outcome is unknown needs an approval to retry."
-    if action == "mark_terminal" and job.state in ("succeeded", "failed", "cancelled"):
+    if action == "mark_terminal" and job.state in TERMINAL_STATES:
         return f"This call is already {job.state}."
     return None

@@ -9,53 +9,49 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from console.db import reads
 from console.db.connect import Conn
 from console.operator.tui.screens.calllist import CallListScreen
 from console.operator.tui.widgets.calltable import CallTable
-from console.operator.tui.widgets.filterbar import FilterBar
+from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
+from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.errors import BadInput
+from console.shared.filters import JobFilter, grammar
 from console.shared.models import JobSummary
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
 
 COLUMNS = [
-    ("id", "call", 8), ("tool", "tool", 16), ("state", "state", 16), ("owner", "owner", 11),
-    ("token", "tok", 3), ("attempt", "try", 3), ("heartbeat", "beat", 6), ("lease", "lease left", 14),
-    ("health", "lease health", 18), ("key", "idempotency key", 22),
+    Column("id", "call", 8, 0), Column("state", "state", 16, 0), Column("health", "lease health", 18, 0),
+    Column("lease", "lease left", 14, 1), Column("tool", "tool", 16, 1), Column("heartbeat", "beat", 6, 2),
+    Column("owner", "owner", 11, 3), Column("token", "tok", 3, 4), Column("attempt", "try", 3, 5),
+    Column("key", "idempotency key", 22, 6),
 ]
 
 
 class CallsScreen(CallListScreen):
+    """All calls, filterable, paged"""
+
     CSS_PATH = "calls.tcss"
     AUTO_FOCUS = "#calls"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open_call", "Open", tooltip="Everything about the selected call"),
-        Binding("slash", "filter", "Filter", tooltip="state: tool: owner: agent: key: id: health:"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("right_square_bracket", "next_page", "Older", tooltip="Next page (older calls)"),
         Binding("left_square_bracket", "previous_page", "Newer", tooltip="Previous page (newer calls)"),
         Binding("home", "first_page", "Newest", show=False, tooltip="Back to the newest calls"),
-        Binding("c", "cancel_call", "Cancel", tooltip="Request a cancel of the selected call"),
-        Binding("t", "mark_terminal", "Mark terminal", tooltip="Close the call after checking outside"),
-        Binding("a", "approve_retry", "Approve retry", tooltip="Outcome unknown: allow one more attempt"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, where: JobFilter | None = None) -> None:
         super().__init__()
-        self.where = reads.JobFilter()
-        self.filter_text = ""
+        self.where = where or JobFilter()
         self.cursors: list[tuple[datetime, uuid.UUID] | None] = [None]  # page starts, for going back
         self.rows: list[JobSummary] = []
 
     def compose(self) -> ComposeResult:
         yield TopChrome()
-        yield FilterBar(placeholder="state:running tool:web_search owner:w-3 agent:a-1 key:report:42: id:8f1b "
-                                    "health:zombie — enter to apply, esc to close")
-        yield Static(id="calls-info")
+        yield FilterBar(placeholder=grammar())
+        yield FilterLine()
         yield CallTable(COLUMNS, id="calls")
         yield Footer()
 
@@ -68,24 +64,22 @@ class CallsScreen(CallListScreen):
 
     def show(self, data: tuple[list[JobSummary], datetime]) -> None:
         self.rows, db_now = data
-        self.query_one(CallTable).sync(self.rows, self.lapp.db_time() or db_now)
-        self._info()
+        self.sync_table(self.rows, self.now() or db_now)
+        self.show_filter_line()
 
-    def _info(self) -> None:
-        page = len(self.cursors)
-        text = Text(no_wrap=True)
-        text.append(f"page {page}", style="bold")
-        text.append(f" · {len(self.rows)} calls" + (" (more: ])" if len(self.rows) == PAGE else ""))
-        text.append(" · newest first")
-        if self.filter_text:
-            text.append(" · filter ")
-            text.append(self.filter_text, style="bold yellow")
-            text.append(" (esc clears)")
-        else:
-            text.append(" · / to filter")
-        self.query_one("#calls-info", Static).update(text)
+    def show_filter_line(self, *, matched: int | None = None, total: int | None = None) -> None:
+        page = Text()
+        page.append(f"page {len(self.cursors)}", style="bold")
+        page.append(f" · {len(self.rows)} calls" + (" (more: ])" if len(self.rows) == PAGE else "") + " · newest first")
+        self.query_one(FilterLine).show_filter(self.where.describe(), extra=Text.assemble(
+            page, "  ", self.moved_note or ""))
 
-    # ------------------------------------------------------------------ paging and filter
+    def filter_changed(self) -> None:
+        self.cursors = [None]
+        self.show_filter_line()
+        self.fetch()
+
+    # ------------------------------------------------------------------ paging
     def action_next_page(self) -> None:
         if len(self.rows) < PAGE:
             self.app.notify("This is the oldest page.")
@@ -103,27 +97,4 @@ class CallsScreen(CallListScreen):
 
     def action_first_page(self) -> None:
         self.cursors = [None]
-        self.fetch()
-
-    def action_filter(self) -> None:
-        self.query_one(FilterBar).open(self.filter_text)
-
-    def action_clear_filter(self) -> None:
-        if self.filter_text:
-            self._apply("")
-
-    def on_filter_bar_applied(self, message: FilterBar.Applied) -> None:
-        self._apply(message.value)
-        self.query_one(CallTable).focus()
-
-    def _apply(self, text: str) -> None:
-        try:
-            where = reads.parse_filter(text)
-        except BadInput as exc:
-            self.app.notify(str(exc), title="Bad filter", severity="error")
-            return
-        self.where = where
-        self.filter_text = where.describe()
-        self.cursors = [None]
-        self._info()
         self.fetch()

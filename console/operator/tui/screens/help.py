@@ -1,9 +1,12 @@
-"""`?`: every key binding of the screen below and of the app, with what it does."""
+"""`?`: every key binding of every screen and of the app, what the words mean, and where this
+console is connected."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,21 +15,43 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from console.db.session import ConsoleSession
 from console.shared.fleet_words import AGENT_STATE_MEANING, RESOLUTION_MEANING
 from console.shared.health import HEALTH_LABELS, HEALTH_MEANING
+from console.shared.text import sanitize
 
-KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "esc", "enter": "enter",
-             "left_square_bracket": "[", "right_square_bracket": "]", "ctrl+p": "ctrl+p"}
+KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "esc", "enter": "enter", "space": "space",
+             "asterisk": "*", "left_square_bracket": "[", "right_square_bracket": "]", "ctrl+p": "ctrl+p",
+             "tab": "tab"}
 
 
-def _bindings_of(owner: object) -> list[Binding]:
-    found = []
-    for b in getattr(owner, "BINDINGS", []):
-        if isinstance(b, Binding):
-            found.append(b)
-        elif isinstance(b, tuple):
-            found.append(Binding(*b))
-    return found
+def bindings_of(owner: type | object) -> list[Binding]:
+    """A class's bindings with its bases' (subclasses override the same key), in order."""
+    found: dict[str, Binding] = {}
+    classes = owner.__mro__ if isinstance(owner, type) else type(owner).__mro__
+    for cls in reversed(classes):
+        if not cls.__module__.startswith("console."):
+            continue  # Textual's own (focus moves, copy) are not what a person looks up here
+        for b in cls.__dict__.get("BINDINGS", []):
+            binding = b if isinstance(b, Binding) else Binding(*b)
+            if binding.description or binding.tooltip:
+                found[binding.key] = binding
+    return list(found.values())
+
+
+def key_names(binding: Binding) -> str:
+    return ", ".join(KEY_NAMES.get(k, k) for k in binding.key.split(","))
+
+
+def masked_dsn(dsn: str) -> str:
+    """The connection as a person may see it: never the password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - an odd string is shown as "?" rather than risk its secret
+        return "?"
+    if "password" in parts:
+        parts["password"] = "***"
+    return make_conninfo("", **parts) or "(libpq defaults: PG* variables, service files)"
 
 
 class HelpScreen(ModalScreen[None]):
@@ -39,33 +64,57 @@ class HelpScreen(ModalScreen[None]):
         align: center middle;
     }
     HelpScreen > VerticalScroll {
-        width: 90;
-        max-width: 95%;
-        height: 80%;
+        width: 100;
+        max-width: 100%;
+        height: 90%;
         border: thick $primary;
         background: $surface;
-        padding: 1 2;
+        padding: 0 1;
     }
     """
 
-    def __init__(self, below: Screen) -> None:
+    def __init__(self, below: Screen, *, screens: Sequence[type[Screen]] = (),
+                 app_bindings: Iterable[BindingType] = (), session: ConsoleSession | None = None) -> None:
         super().__init__()
         self.below = below
+        self.screens = list(screens)
+        self.app_bindings = [b if isinstance(b, Binding) else Binding(*b) for b in app_bindings]
+        self.session = session
 
-    def compose(self) -> ComposeResult:
+    def _screen_sections(self) -> list[tuple[str, list[Binding]]]:
+        here = type(self.below)
+        others = [cls for cls in self.screens if cls is not here]
+        sections = [(f"{self._screen_name(here)} (this screen)", bindings_of(here))]
+        sections += [(self._screen_name(cls), bindings_of(cls)) for cls in others]
+        return sections
+
+    @staticmethod
+    def _screen_name(screen: type) -> str:
+        return screen.__name__.removesuffix("Screen")
+
+    @staticmethod
+    def _keys_table() -> Table:
         table = Table(expand=True, show_edge=False)
         table.add_column("key", style="bold", no_wrap=True)
         table.add_column("does")
-        table.add_column("where", style="dim")
-        sections = [(type(self.below).__name__.replace("Screen", ""), _bindings_of(self.below)),
-                    ("everywhere", _bindings_of(self.app))]
-        for where, bindings in sections:
-            for b in bindings:
-                keys = ", ".join(KEY_NAMES.get(k, k) for k in b.key.split(","))
-                table.add_row(Text(keys), Text(b.tooltip or b.description), Text(where))
-        table.add_row(Text("ctrl+p"), Text("command palette: every action by name"), Text("everywhere"))
+        table.add_column("where", style="dim", no_wrap=True)
+        return table
+
+    def compose(self) -> ComposeResult:
+        here, *others = self._screen_sections()
+        table = self._keys_table()
+        for b in self.app_bindings:
+            if b.description or b.tooltip:
+                table.add_row(Text(key_names(b)), Text(b.tooltip or b.description), Text("everywhere"))
+        table.add_row(Text("ctrl+p"), Text("command palette: every screen and action by name"), Text("everywhere"))
         table.add_row(Text("mouse"), Text("click a row to select it, again to open it; click buttons"),
                       Text("everywhere"))
+        for b in here[1]:
+            table.add_row(Text(key_names(b)), Text(b.tooltip or b.description), Text(here[0]))
+        elsewhere = self._keys_table()
+        for where, bindings in others:
+            for b in bindings:
+                elsewhere.add_row(Text(key_names(b)), Text(b.tooltip or b.description), Text(where))
         legend_title, meanings = self._legend()
         legend = Table(expand=True, show_edge=False, show_header=False)
         legend.add_column(style="bold", no_wrap=True)
@@ -73,11 +122,26 @@ class HelpScreen(ModalScreen[None]):
         for label, meaning in meanings.items():
             legend.add_row(Text(label), Text(meaning))
         with VerticalScroll():
-            yield Static(Text("Keys", style="bold"))
+            yield Static(self._connection())
+            yield Static(Text("Keys here", style="bold"))
             yield Static(table)
             yield Static(Text(f"\n{legend_title}", style="bold"))
             yield Static(legend)
+            yield Static(Text("\nKeys of the other screens", style="bold"))
+            yield Static(elsewhere)
             yield Static(Text("\nesc closes this help", style="dim"))
+
+    def _connection(self) -> Text:
+        text = Text()
+        if self.session is None:
+            return text
+        text.append("Connected to ", style="bold")
+        text.append(sanitize(self.session.shown_dsn or masked_dsn(self.session.dsn), max_chars=300))
+        text.append(f" as {sanitize(self.session.operator, max_chars=60)}")
+        if self.session.read_only_reason:
+            text.append(f" — READ-ONLY ({sanitize(self.session.read_only_reason)})", style="bold yellow")
+        text.append("\nanother terminal: leasectl --dsn '<that>' (or the CLI with --dsn)\n", style="dim")
+        return text
 
     def _legend(self) -> tuple[str, dict[str, str]]:
         """The words the screen below uses: resolutions and agent states on the fleet screens."""

@@ -15,88 +15,69 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import Footer, Label, Static
 
 from console.db import reads
 from console.db.connect import Conn
-from console.operator.tui.cells import plain, selected_row_key
+from console.operator.present.fleet import ID_CHARS, grant_line, record_title, resolution_words, unaccounted_block
+from console.operator.present.words import when
+from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
+from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
+from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
+from console.shared.filters import RECORD_KEYS, FieldFilter, field_grammar, parse_fields
 from console.shared.fleet_words import RESOLUTION_MEANING, RESOLUTION_STYLE
-from console.shared.health import counted, format_seconds
-from console.shared.models import ChildEntry, GrantEntry, ReconciliationRecord
+from console.shared.health import counted
+from console.shared.models import ChildEntry, ReconciliationRecord
 from console.shared.text import sanitize
 
-RECORD_COLUMNS = (("written", "written", 19), ("shutdown", "shutdown of", 22), ("unaccounted", "unaccounted", 13),
-                  ("calls", "calls", 5), ("revoked", "revoked", 7), ("expired", "expired", 7))
+RECORD_COLUMNS = [Column("written", "written (UTC)", 19, 0), Column("shutdown", "shutdown of", 22, 0),
+                  Column("unaccounted", "unaccounted", 13, 0), Column("calls", "calls", 5, 1),
+                  Column("revoked", "revoked", 7, 2), Column("expired", "expired", 7, 3)]
+IN_FLIGHT_COLUMNS = [Column("call", "call", 8, 0), Column("resolution", "resolution", 18, 0),
+                     Column("tool", "tool", 18, 1), Column("agent", "agent", 14, 2), Column("token", "token", 5, 3),
+                     Column("meaning", "what it means", 62, 4)]
 
 
-def _at(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
-
-
-def _unaccounted_cell(record: ReconciliationRecord) -> Text:
-    n = len(record.children_unaccounted)
-    return plain(f"{n} UNACCOUNTED", "bold red") if n else plain("none", "green")
-
-
-def unaccounted_block(record: ReconciliationRecord) -> Text:
-    """The most important field, first and loud."""
-    text = Text()
-    if not record.children_unaccounted:
-        text.append("Every agent of the subtree confirmed it stopped.", style="bold green")
-        return text
-    text.append(f"{counted(len(record.children_unaccounted), 'agent').upper()} UNACCOUNTED", style="bold white on red")
-    text.append(" — no confirmation of stopping. Every live grant of the subtree was revoked by the control "
-                "plane, but what was started outside may still be running.\n", style="bold red")
-    for child in record.children_unaccounted:
-        text.append(f"  {sanitize(child.agent_id)}", style="bold red")
-        seen = _at(child.last_seen_at) if child.last_seen_at else "never"
-        text.append(f"  {sanitize(child.kind or '')}, child of {sanitize(child.parent_id or '—')}, "
-                    f"last seen {seen}\n")
-    return text
-
-
-def _grant_line(g: GrantEntry, revoked: bool) -> Text:
-    text = Text()
-    text.append(f"{sanitize(g.kind)} ", style="bold")
-    text.append(f"{sanitize(g.resource)} of {sanitize(g.agent_id)}")
-    if revoked:
-        text.append(f" — revoked by {sanitize(g.revoked_by or '?')} at {_at(g.revoked_at)}", style="dim")
-    else:
-        text.append(f" — had expired at {_at(g.expires_at)}, not revoked", style="dim")
-    return text
+def _record_cells(r: ReconciliationRecord) -> dict[str, Cell]:
+    n = len(r.children_unaccounted)
+    return {"written": Cell(r.written_at.strftime("%Y-%m-%d %H:%M:%S")),
+            "shutdown": Cell(f"{r.mode} of {sanitize(r.root_agent_id, max_chars=40)}", "bold"),
+            "unaccounted": Cell(f"{n} UNACCOUNTED", "bold red") if n else Cell("none", "green"),
+            "calls": Cell(len(r.in_flight)), "revoked": Cell(len(r.grants_revoked)),
+            "expired": Cell(len(r.grants_expired))}
 
 
 class ReconciliationsScreen(PollingScreen):
+    """What each shutdown left: unaccounted agents, every call, every grant"""
+
     CSS_PATH = "reconciliations.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_record", "Open", tooltip="The whole record: unaccounted first, then every call"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.records: list[ReconciliationRecord] = []
+        self.all_records: list[ReconciliationRecord] = []
+        self.filter_value = FieldFilter()
 
     def compose(self) -> ComposeResult:
         yield TopChrome()
+        yield FilterBar(placeholder=field_grammar(RECORD_KEYS))
+        yield FilterLine("/ filters records (agent: mode: unaccounted:yes)")
         with Horizontal(id="records-body"):
             with Vertical(id="records-left"):
                 yield Label("Reconciliation records — newest first", classes="section-title")
-                table: DataTable[Text] = DataTable(id="records", cursor_type="row", zebra_stripes=True)
-                yield table
+                yield LiveTable(RECORD_COLUMNS, id="records")
                 yield Static("No shutdown has been reconciled yet. Start one from the Fleet screen (4).",
                              id="no-records")
             with VerticalScroll(id="record-pane"):
                 yield Static(id="record-preview")
         yield Footer()
-
-    def on_mount(self) -> None:
-        table = self.query_one("#records", DataTable)
-        for key, label, width in RECORD_COLUMNS:
-            table.add_column(label, key=key, width=width)
-        super().on_mount()
 
     def load(self, conn: Conn) -> tuple[list[ReconciliationRecord], datetime]:
         records = reads.reconciliations(conn, limit=200)
@@ -106,28 +87,34 @@ class ReconciliationsScreen(PollingScreen):
         return data[1]
 
     def show(self, data: tuple[list[ReconciliationRecord], datetime]) -> None:
-        self.records = data[0]
-        table = self.query_one("#records", DataTable)
-        selected = selected_row_key(table)
-        table.clear()
-        for r in self.records:
-            table.add_row(plain(_at(r.written_at)), plain(f"{r.mode} of {r.root_agent_id}", "bold"),
-                          _unaccounted_cell(r), plain(len(r.in_flight)), plain(len(r.grants_revoked)),
-                          plain(len(r.grants_expired)), key=str(r.id))
-        if selected in {str(r.id) for r in self.records}:
-            table.move_cursor(row=table.get_row_index(selected), animate=False)
-        table.display = bool(self.records)
-        self.query_one("#no-records", Static).display = not self.records
+        self.all_records = data[0]
+        self.records = [r for r in self.all_records if self.filter_value.matches(
+            {"agent": r.root_agent_id, "mode": r.mode, "unaccounted": "yes" if r.children_unaccounted else "no"})]
+        keyed_rows(self.query_one("#records", LiveTable), [(str(r.id), _record_cells(r)) for r in self.records])
+        self.query_one("#records", LiveTable).display = bool(self.records)
+        none = self.query_one("#no-records", Static)
+        none.display = not self.records
+        if self.all_records and not self.records:
+            none.update(Text(f"No record matches the filter {sanitize(self.filter_value.describe(), max_chars=80)} "
+                             "(esc clears it).", style="bold yellow"))
+        self.query_one(FilterLine).show_filter(self.filter_value.describe(), matched=len(self.records),
+                                               total=len(self.all_records))
         self._preview()
+
+    def parse_filter_text(self, text: str) -> FieldFilter:
+        return parse_fields(text, RECORD_KEYS)
+
+    def filter_changed(self) -> None:
+        self.show((self.all_records, self.db_now or datetime.now().astimezone()))
 
     def selected_record(self) -> ReconciliationRecord | None:
-        key = selected_row_key(self.query_one("#records", DataTable))
+        key = self.query_one("#records", LiveTable).cursor_key
         return next((r for r in self.records if str(r.id) == key), None)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_live_table_row_highlighted(self, event: LiveTable.RowHighlighted) -> None:
         self._preview()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
         self.action_open_record()
 
     def _preview(self) -> None:
@@ -143,13 +130,14 @@ class ReconciliationsScreen(PollingScreen):
         resolved.add_column(no_wrap=True)
         resolved.add_column()
         for resolution, n in sorted(counts.items(), key=lambda kv: -kv[1]):
-            resolved.add_row(Text(f"{n} {resolution.replace('_', ' ')}",
-                                  style=RESOLUTION_STYLE.get(resolution, "")),
+            resolved.add_row(Text(f"{n} {resolution.replace('_', ' ')}", style=RESOLUTION_STYLE.get(resolution, "")),
                              Text(RESOLUTION_MEANING.get(resolution, ""), style="dim"))
         head = Text()
-        head.append(f"{record.mode} of {sanitize(record.root_agent_id)}\n", style="bold")
-        head.append(f"asked by {sanitize(record.requested_by)}: {sanitize(record.reason)}\n")
-        head.append(f"written by {sanitize(record.written_by)} at {_at(record.written_at)}\n\n", style="dim")
+        head.append(f"{record.mode} of {sanitize(record.root_agent_id, max_chars=ID_CHARS)}\n", style="bold")
+        head.append(f"asked by {sanitize(record.requested_by, max_chars=ID_CHARS)}: "
+                    f"{sanitize(record.reason, max_chars=300)}\n")
+        head.append(f"written by {sanitize(record.written_by, max_chars=ID_CHARS)} at {when(record.written_at)}\n\n",
+                    style="dim")
         tail = Text(f"\n{counted(len(record.grants_revoked), 'grant')} revoked, {len(record.grants_expired)} already "
                     f"expired; {counted(len(record.children_confirmed), 'agent')} confirmed.\nenter opens the record.",
                     style="dim")
@@ -186,19 +174,10 @@ class RecordScreen(PollingScreen):
             yield Static(id="record-head")
             yield Static(id="unaccounted")
             yield Label("In-flight calls and how each resolved", classes="section-title")
-            calls: DataTable[Text] = DataTable(id="in-flight", cursor_type="row", zebra_stripes=True)
-            yield calls
+            yield LiveTable(IN_FLIGHT_COLUMNS, id="in-flight")
             yield Static(id="grants")
             yield Static(id="confirmed")
         yield Footer()
-
-    def on_mount(self) -> None:
-        table = self.query_one("#in-flight", DataTable)
-        for key, label, width in (("call", "call", 8), ("tool", "tool", 18), ("agent", "agent", 14),
-                                  ("resolution", "resolution", 18), ("token", "token", 5),
-                                  ("meaning", "what it means", 62)):
-            table.add_column(label, key=key, width=width)
-        super().on_mount()
 
     def load(self, conn: Conn) -> tuple[ReconciliationRecord | None, datetime]:
         record = reads.reconciliation(conn, self.record_id)
@@ -213,38 +192,30 @@ class RecordScreen(PollingScreen):
         if record is None:
             head.update(Text(f"No reconciliation record {self.record_id}.", style="bold red"))
             return
-        title = Text()
-        title.append(f"Reconciliation {record.short_id}", style="bold")
-        title.append(f" · {record.mode} of {sanitize(record.root_agent_id)} asked by "
-                     f"{sanitize(record.requested_by)}: {sanitize(record.reason)}\n")
-        took = (record.written_at - record.requested_at).total_seconds() if record.requested_at else None
-        title.append(f"requested {_at(record.requested_at)} · written {_at(record.written_at)} by "
-                     f"{sanitize(record.written_by)}" + (f" ({format_seconds(took)} later)" if took else ""),
-                     style="dim")
-        head.update(title)
+        head.update(record_title(record))
         self.query_one("#unaccounted", Static).update(unaccounted_block(record))
-        table = self.query_one("#in-flight", DataTable)
-        selected = selected_row_key(table)
-        table.clear()
+        rows = []
         for call in record.in_flight:
             extra = call.model_extra or {}
-            table.add_row(plain(str(call.job_id)[:8], "bold"), plain(call.tool), plain(call.agent_id or "—"),
-                          plain(call.resolution.replace("_", " "), RESOLUTION_STYLE.get(call.resolution, "")),
-                          plain(extra.get("fencing_token", "")),
-                          plain(RESOLUTION_MEANING.get(call.resolution, ""), "dim"), key=str(call.job_id))
-        if selected in {str(c.job_id) for c in record.in_flight}:
-            table.move_cursor(row=table.get_row_index(selected), animate=False)
+            words, style = resolution_words(call.resolution)
+            rows.append((str(call.job_id), {
+                "call": Cell(str(call.job_id)[:8], "bold"), "tool": Cell(call.tool),
+                "agent": Cell(call.agent_id or "—"),
+                "resolution": Cell(words, style), "token": Cell(extra.get("fencing_token", "")),
+                "meaning": Cell(RESOLUTION_MEANING.get(call.resolution, ""), "dim")}))
+        table = self.query_one("#in-flight", LiveTable)
+        keyed_rows(table, rows)
         table.display = bool(record.in_flight)
         grants = Text()
         grants.append(f"\nGrants revoked ({len(record.grants_revoked)})\n", style="bold")
         for g in record.grants_revoked:
             grants.append("  ")
-            grants.append_text(_grant_line(g, revoked=True))
+            grants.append_text(grant_line(g, revoked=True))
             grants.append("\n")
         grants.append(f"\nGrants already expired, not revoked ({len(record.grants_expired)})\n", style="bold")
         for g in record.grants_expired:
             grants.append("  ")
-            grants.append_text(_grant_line(g, revoked=False))
+            grants.append_text(grant_line(g, revoked=False))
             grants.append("\n")
         self.query_one("#grants", Static).update(grants)
         self.query_one("#confirmed", Static).update(self._confirmed(record.children_confirmed))
@@ -254,15 +225,15 @@ class RecordScreen(PollingScreen):
         text = Text()
         text.append(f"\nAgents that confirmed they stopped ({len(children)})\n", style="bold")
         for c in children:
-            text.append(f"  {'  ' * c.depth}{sanitize(c.agent_id)}", style="green")
-            text.append(f"  {sanitize(c.kind or '')}, confirmed {_at(c.confirmed_at)}\n", style="dim")
+            text.append(f"  {'  ' * c.depth}{sanitize(c.agent_id, max_chars=ID_CHARS)}", style="green")
+            text.append(f"  {sanitize(c.kind or '', max_chars=40)}, confirmed {when(c.confirmed_at)}\n", style="dim")
         return text
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
         self.action_open_call()
 
     def action_open_call(self) -> None:
-        key = selected_row_key(self.query_one("#in-flight", DataTable))
+        key = self.query_one("#in-flight", LiveTable).cursor_key
         if key is None:
             self.app.notify("Select a call first.", severity="warning")
             return

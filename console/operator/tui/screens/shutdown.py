@@ -1,24 +1,27 @@
 """The drain/abort dialog (Fleet screen, `d` / `x`): the same rules as the call actions.
 
-What will change (the subtree, its running and queued calls, its live grants), the guard it
-relies on (the agent is still running and no shutdown over its subtree is under way), the query
-it runs, a required reason and the window. The answer is the database's: requested, or refused
-with what is true now (another shutdown, an agent already draining). Journaled in fleet_events.
+What will change, shown as the subtree itself (each agent with its running and queued calls, every
+live grant the control plane will revoke), the guard it relies on (the agent is still running and
+no shutdown over its subtree is under way), the query it runs, a required reason and the window.
+The answer is the database's: requested, or refused with what is true now. Journaled in fleet_events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.widgets import Input, Label
+from textual.widget import Widget
+from textual.widgets import Input, Label, Static
 
 from console.db import actions
 from console.db.connect import Conn
 from console.operator import present
 from console.operator.tui.screens.action import GuardedDialog
-from console.shared.fleet_words import seconds, subtree
+from console.shared.fleet_words import subtree
 from console.shared.health import counted
-from console.shared.models import FleetAgent, ShutdownMode, ShutdownRequested, ShutdownResult
+from console.shared.models import FleetAgent, HeldGrant, ShutdownMode, ShutdownRequested
 from console.shared.text import sanitize
 
 DEFAULT_WINDOW = {"drain": 300, "abort": 60}
@@ -28,30 +31,30 @@ class ShutdownDialog(GuardedDialog):
     CSS_PATH = ["action.tcss", "shutdown.tcss"]  # type: ignore[assignment]
     query_name = "operator/request_shutdown"
 
-    def __init__(self, mode: ShutdownMode, root: FleetAgent, agents: list[FleetAgent], *,
+    def __init__(self, mode: ShutdownMode, root: FleetAgent, agents: list[FleetAgent], grants: list[HeldGrant], *,
                  seen_at: float | None = None) -> None:
-        super().__init__()
+        super().__init__(seen_at=seen_at)
         self.mode: ShutdownMode = mode
         self.root = root
         self.subtree_agents = subtree(agents, root.id) or [root]
-        self.seen_age = seen_at
+        self.grants = grants
 
     def title_text(self) -> Text:
         title = Text()
         title.append(f"{'Drain' if self.mode == 'drain' else 'Abort'} the subtree of ", style="bold")
-        title.append(sanitize(self.root.id), style="bold")
+        title.append(sanitize(self.root.id, max_chars=60), style="bold")
         title.append(f"  {counted(len(self.subtree_agents), 'agent')}", style="dim")
         return title
 
     def what_changes(self) -> Text:
-        running = sum(a.running_calls for a in self.subtree_agents)
-        queued = sum(a.queued_calls for a in self.subtree_agents)
-        grants = sum(a.live_grants for a in self.subtree_agents)
-        shown = self.subtree_agents[:6]
-        names = ", ".join(sanitize(a.id) for a in shown) + (" …" if len(self.subtree_agents) > len(shown) else "")
+        tree = self.subtree_agents
+        running = sum(a.running_calls for a in tree)
+        queued = sum(a.queued_calls for a in tree)
+        grants = sum(a.live_grants for a in tree)
         text = Text()
         text.append("What will change: ", style="bold")
-        text.append(f"{names} stop taking new calls; {counted(queued, 'queued call')} cancelled before starting. ")
+        text.append(f"these {counted(len(tree), 'agent')} stop taking new calls; "
+                    f"{counted(queued, 'queued call')} cancelled before starting. ")
         if self.mode == "drain":
             text.append(f"The window lets {counted(running, 'running call')} finish; ")
             text.append("what still runs at its end is aborted.", style="bold yellow")
@@ -64,21 +67,23 @@ class ShutdownDialog(GuardedDialog):
                     "`leasectl supervise` runs.")
         return text
 
-    def guard(self) -> Text:
+    def extra_fields(self) -> Iterable[Widget]:
+        yield Label(f"Window in seconds ({'to finish' if self.mode == 'drain' else 'to confirm cancels'}):")
+        yield Input(value=str(DEFAULT_WINDOW[self.mode]), id="window", type="number")
+
+    def blast_radius(self) -> Iterable[Widget]:
+        yield Static(present.subtree_summary(self.mode, self.subtree_agents, self.grants), id="subtree")
+
+    def guard_words(self) -> Text:
         text = Text()
         text.append("Guard: ", style="bold")
         text.append("only if ")
-        text.append(sanitize(self.root.id), style="bold")
+        text.append(sanitize(self.root.id, max_chars=60), style="bold")
         text.append(" is still ")
         text.append(self.root.state, style="bold")
         text.append(" and no shutdown of it, an ancestor or a descendant is under way")
-        seen = f" (as you saw it {seconds(self.seen_age)} ago)" if self.seen_age is not None else ""
-        text.append(f"{seen}; otherwise nothing happens and you are told why.")
+        text.append(f"{self.seen_words()}; otherwise nothing happens and you are told why.")
         return text
-
-    def extra_fields(self) -> ComposeResult:
-        yield Label(f"Window in seconds ({'to finish' if self.mode == 'drain' else 'to confirm cancels'}):")
-        yield Input(value=str(DEFAULT_WINDOW[self.mode]), id="window", type="number")
 
     def last_field(self) -> str:
         return "window"
@@ -96,11 +101,9 @@ class ShutdownDialog(GuardedDialog):
             return None
         return {"window": window}
 
-    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, object]) -> ShutdownResult:
-        window = fields["window"]
-        assert isinstance(window, float)
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> object:
         return actions.request_shutdown(conn, self.root.id, mode=self.mode, operator=operator, reason=reason,
-                                        window_seconds=window)
+                                        window_seconds=float(fields["window"]))
 
     def answer(self, result: object) -> Text:
         text = Text()

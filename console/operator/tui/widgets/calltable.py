@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from console.operator.tui.cells import Cell, health_cell, live_ages, side_effect_cell, state_cell
+from console.operator.tui.cells import Cell, age_cells, health_cell, side_effect_cell, state_cell
 from console.operator.tui.widgets.livetable import Column, LiveTable
 from console.shared.models import JobSummary
 
@@ -25,14 +25,16 @@ def default_cells(job: JobSummary) -> dict[str, Cell]:
         "health": health_cell(job.health, job.state),
         "agent": Cell(job.agent_id or "—"),
         "key": Cell(job.idempotency_key),
+        "model": Cell(job.model or "—"),
         "created": Cell(job.created_at.strftime("%H:%M:%S")),
     }
 
 
 class CallTable(LiveTable):
-    def __init__(self, columns: Sequence[Column], *,
-                 cells: Callable[[JobSummary], dict[str, Cell]] = default_cells, id: str | None = None) -> None:
-        super().__init__(columns, id=id)
+    def __init__(self, columns: Sequence[Column | tuple[str, str, int]], *,
+                 cells: Callable[[JobSummary], dict[str, Cell]] = default_cells, id: str | None = None,
+                 markable: bool = False) -> None:
+        super().__init__(columns, id=id, markable=markable)
         self._make_cells = cells
         self.jobs: dict[str, JobSummary] = {}
 
@@ -41,9 +43,11 @@ class CallTable(LiveTable):
         key = self.cursor_key
         return self.jobs.get(key) if key is not None else None
 
-    def sync(self, rows: Sequence[JobSummary], now: datetime) -> None:
-        """Show `rows` in this order; cells are built only for rows that are new or changed
-        (an unchanged row costs one comparison)."""
+    def sync(self, rows: Sequence[JobSummary], now: datetime) -> str | None:
+        """Show `rows` in this order; cells are built only for rows that are new or changed (an
+        unchanged row costs one comparison). Returns the key of the selected call if it just left
+        the list, so the screen can say so instead of silently acting on the row that moved up."""
+        selected = self.cursor_key
         keys = [str(r.id) for r in rows]
         changed: dict[str, dict[str, Cell]] = {}
         fresh: dict[str, JobSummary] = {}
@@ -51,13 +55,13 @@ class CallTable(LiveTable):
             old = self.jobs.get(key)
             # frozen models: comparing their field dicts is what == does, minus pydantic's overhead
             if old is None or old.__dict__ != job.__dict__:
-                changed[key] = {**self._make_cells(job), **live_ages(job, now)}
+                changed[key] = {**self._make_cells(job), **age_cells(job, now)}
             fresh[key] = job
         self.jobs = fresh
         self.set_rows(keys, changed)
+        return selected if selected is not None and selected not in fresh else None
 
     def tick(self, now: datetime) -> None:
         """Re-render the ages of the rows on screen (the others are redrawn when scrolled to)."""
-        top = int(self.scroll_offset.y)
-        for key in self.row_keys[top: top + self.size.height]:
-            self.update_cells(key, live_ages(self.jobs[key], now))
+        for key in self.visible_keys():
+            self.update_cells(key, age_cells(self.jobs[key], now))

@@ -9,17 +9,17 @@ from textual.widgets import Static
 
 from console.shared.models import Counts
 
-# (field, label, colour when non-zero); the first ones need a human
+# (field, label, short label for a narrow terminal, colour when non-zero); the first ones need a human
 CELLS = (
-    ("needs_human", "need a human", "bold white on red"),
-    ("stale_heartbeats", "stale beats", "bold black on yellow"),
-    ("expired_unswept", "expired", "bold white on red"),
-    ("cancel_unheard", "unheard cancel", "bold black on yellow"),
-    ("zombies", "zombies 5m", "bold black on yellow"),
-    ("over_stage_timeout", "over stage", "bold black on cyan"),
-    ("running", "running", "bold"),
-    ("queued", "queued", "bold"),
-    ("failed_last_hour", "failed 1h", "bold red"),
+    ("needs_human", "need a human", "human", "bold white on red"),
+    ("stale_heartbeats", "stale beats", "stale", "bold black on yellow"),
+    ("expired_unswept", "expired", "expired", "bold white on red"),
+    ("cancel_unheard", "unheard cancel", "unheard", "bold black on yellow"),
+    ("zombies", "zombies 5m", "zombies", "bold black on yellow"),
+    ("over_stage_timeout", "over stage", "stage", "bold black on cyan"),
+    ("running", "running", "running", "bold"),
+    ("queued", "queued", "queued", "bold"),
+    ("failed_last_hour", "failed 1h", "failed", "bold red"),
 )
 
 
@@ -37,12 +37,20 @@ class CountsStrip(Horizontal):
     }
     """
 
+    counts: Counts | None = None
+
+    def on_resize(self) -> None:
+        self.update_counts(self.counts)
+
     def compose(self) -> ComposeResult:
-        for field, _label, _style in CELLS:
+        for field, _label, _short, _style in CELLS:
             yield Static(id=f"count-{field}")
 
     def update_counts(self, counts: Counts | None) -> None:
-        for field, label, style in CELLS:
+        self.counts = counts
+        narrow = self.size.width and self.size.width / len(CELLS) < 13
+        for field, long_label, short_label, style in CELLS:
+            label = short_label if narrow else long_label
             value = None if counts is None else getattr(counts, field)
             text = Text(justify="center", no_wrap=True, overflow="ellipsis")
             text.append("…" if value is None else f" {value} ", style=style if value else "dim")

@@ -1,18 +1,21 @@
-"""A table for live rows, on Textual's Line API.
+"""A table for live rows, on Textual's Line API: every list of the console is one.
 
 Textual's DataTable renders every visible cell through rich again whenever any cell changes
 (its cache key holds a table-wide update counter); with ages ticking every second that is a
-full repaint per second. Here each row is drawn once into a Strip, cached under the row's own
-content, so a refresh costs only the rows that changed: a 1,000-row table with a tenth of its
-rows changed refreshes in a few milliseconds (tests/bench/console.py measures it).
+full repaint per second, and a poll rebuilt it from scratch. Here each row is drawn once into a
+Strip, cached under the row's own content, so a refresh costs only the rows that changed: a
+1,000-row table with a tenth of its rows changed refreshes in a few milliseconds
+(tests/bench/console.py measures it), and the cursor stays on its row across refreshes.
 
-Rows are keyed (call ids), cells are `Cell`s (sanitized, never markup), columns have fixed widths.
+Rows are keyed (call ids, agent ids), cells are `Cell`s (sanitized, never markup), columns have
+fixed widths and a priority: on a narrow terminal the least important columns give way first,
+so at 80 columns a call's id, its health and its lease stay on screen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from rich.segment import Segment
 from rich.style import Style
@@ -24,11 +27,19 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.operator.tui.cells import Cell, _style
+from console.operator.tui.cells import Cell, cell_style
 
-Column = tuple[str, str, int]  # key, label, width
+
+class Column(NamedTuple):
+    key: str
+    label: str
+    width: int
+    # 0: always shown; higher numbers give way first when the table is too narrow for all
+    priority: int = 1
+
 
 GAP = 2
+MARK = "●"
 
 
 class LiveTable(ScrollView, can_focus=True):
@@ -52,9 +63,13 @@ class LiveTable(ScrollView, can_focus=True):
         color: $block-cursor-foreground;
         text-style: bold;
     }
+    LiveTable > .live-table--marked {
+        color: $warning;
+        text-style: bold;
+    }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "live-table--header", "live-table--even", "live-table--cursor",
+        "live-table--header", "live-table--even", "live-table--cursor", "live-table--marked",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "cursor_up", "Up", show=False),
@@ -74,20 +89,35 @@ class LiveTable(ScrollView, can_focus=True):
             self.table = table
             self.key = key
 
+        @property
+        def control(self) -> LiveTable:
+            return self.table
+
     class RowSelected(Message):
         def __init__(self, table: LiveTable, key: str) -> None:
             super().__init__()
             self.table = table
             self.key = key
 
-    def __init__(self, columns: Sequence[Column], *, id: str | None = None) -> None:
+        @property
+        def control(self) -> LiveTable:
+            return self.table
+
+    def __init__(self, columns: Sequence[Column | tuple[str, str, int]], *, id: str | None = None,
+                 markable: bool = False) -> None:
         super().__init__(id=id)
-        self.table_columns = list(columns)
+        self.table_columns = [c if isinstance(c, Column) else Column(*c) for c in columns]
+        self.shown_columns = list(self.table_columns)
+        self.markable = markable
+        self.marked: set[str] = set()
         self.row_keys: list[str] = []
         self._cells: dict[str, dict[str, Cell]] = {}
         self._index: dict[str, int] = {}
         self._strips: dict[tuple[str, bool, bool, int], Strip] = {}
-        self._width = sum(w for _, _, w in self.table_columns) + GAP * len(self.table_columns)
+        self._width = self._width_of(self.shown_columns)
+
+    def _width_of(self, columns: Sequence[Column]) -> int:
+        return sum(c.width for c in columns) + GAP * len(columns) + (2 if self.markable else 1)
 
     # ------------------------------------------------------------------ data
     @property
@@ -112,6 +142,7 @@ class LiveTable(ScrollView, can_focus=True):
                 self._forget(key)
         self.row_keys = keys
         self._index = {key: i for i, key in enumerate(keys)}
+        self.marked &= set(keys)
         self.virtual_size = Size(self._width, len(keys) + 1)
         if previous is not None and previous in self._index:
             self.cursor_row = self._index[previous]  # the cursor follows its row
@@ -143,6 +174,41 @@ class LiveTable(ScrollView, can_focus=True):
             if 1 <= y < self.size.height:
                 self.refresh_line(y)
 
+    # ------------------------------------------------------------------ marks (bulk actions)
+    def toggle_mark(self, key: str | None = None) -> None:
+        key = key if key is not None else self.cursor_key
+        if key is None:
+            return
+        self.marked.symmetric_difference_update({key})
+        self._forget(key)
+        self._refresh_row(key)
+
+    def set_marks(self, keys: set[str]) -> None:
+        changed = self.marked.symmetric_difference(keys)
+        self.marked = set(keys)
+        for key in changed:
+            self._forget(key)
+        self.refresh()
+
+    # ------------------------------------------------------------------ width
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        """Drop the least important columns until the rest fit (never a priority-0 column)."""
+        shown = list(self.table_columns)
+        while self._width_of(shown) > width:
+            droppable = [c for c in shown if c.priority > 0]
+            if not droppable:
+                break
+            shown.remove(max(droppable, key=lambda c: (c.priority, shown.index(c))))
+        if shown != self.shown_columns:
+            self.shown_columns = shown
+            self._width = self._width_of(shown)
+            self._strips.clear()
+            self.virtual_size = Size(self._width, len(self.row_keys) + 1)
+            self.refresh()
+
     # ------------------------------------------------------------------ drawing
     def render_line(self, y: int) -> Strip:
         width = self.size.width
@@ -163,24 +229,27 @@ class LiveTable(ScrollView, can_focus=True):
                 base = self.get_component_rich_style("live-table--even")
             else:
                 base = self.rich_style
-            strip = self._row_strip(self._cells[key], base, width)
+            strip = self._row_strip(self._cells[key], base, width, marked=key in self.marked)
             self._strips[cache_key] = strip
         return strip
 
     def _header(self, width: int) -> Strip:
         style = self.get_component_rich_style("live-table--header")
-        cells = {key: Cell(label) for key, label, _ in self.table_columns}
-        return self._row_strip(cells, style, width)
+        cells = {c.key: Cell(c.label) for c in self.table_columns}
+        return self._row_strip(cells, style, width, marked=False)
 
-    def _row_strip(self, cells: dict[str, Cell], base: Style, width: int) -> Strip:
+    def _row_strip(self, cells: dict[str, Cell], base: Style, width: int, *, marked: bool) -> Strip:
         segments = [Segment(" ", base)]
-        for key, _label, column_width in self.table_columns:
-            cell = cells.get(key)
+        if self.markable:
+            mark_style = base + self.get_component_rich_style("live-table--marked") if marked else base
+            segments.append(Segment(MARK if marked else " ", mark_style))
+        for column in self.shown_columns:
+            cell = cells.get(column.key)
             text = cell.text if cell else ""
-            if len(text) > column_width:
-                text = text[: column_width - 1] + "…"
-            style = base + _style(cell.style) if cell and cell.style else base
-            segments.append(Segment(text.ljust(column_width), style))
+            if len(text) > column.width:
+                text = text[: column.width - 1] + "…"
+            style = base + cell_style(cell.style) if cell and cell.style else base
+            segments.append(Segment(text.ljust(column.width), style))
             segments.append(Segment(" " * GAP, base))
         return Strip(segments).crop_extend(0, width, base)
 
@@ -203,6 +272,10 @@ class LiveTable(ScrollView, can_focus=True):
     def move_cursor(self, row: int) -> None:
         if self.row_keys:
             self.cursor_row = max(0, min(row, len(self.row_keys) - 1))
+
+    def move_to_key(self, key: str) -> None:
+        if key in self._index:
+            self.cursor_row = self._index[key]
 
     def action_cursor_up(self) -> None:
         self.move_cursor(self.cursor_row - 1)
@@ -238,3 +311,13 @@ class LiveTable(ScrollView, can_focus=True):
 
     def region_of_row(self, index: int) -> Region:
         return Region(0, index + 1, self.size.width, 1)
+
+    def visible_keys(self) -> list[str]:
+        """The keys of the rows on screen (the others are redrawn when scrolled to)."""
+        top = int(self.scroll_offset.y)
+        return self.row_keys[top: top + self.size.height]
+
+
+def keyed_rows(table: LiveTable, rows: Sequence[tuple[str, dict[str, Cell]]]) -> None:
+    """Show (key, cells) rows in this order, reconciled in place (the one way every list refreshes)."""
+    table.set_rows([key for key, _ in rows], dict(rows))

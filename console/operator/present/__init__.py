@@ -1,0 +1,34 @@
+"""How calls, actions and the fleet are put into words, for the CLI and the console alike.
+
+Rich renderables and plain strings; every value that came from the database passes `sanitize` on
+its way in, cut to a bound where it is shown. The CLI prints them; the console's screens place
+them. Nothing here imports Textual.
+"""
+
+from console.operator.present.actions import action_message, action_verb, shutdown_message
+from console.operator.present.calls import (
+    call_fields,
+    describe_for_confirmation,
+    fields_grid,
+    history_group,
+    history_table,
+    job_panel,
+    jobs_table,
+    lineage_table,
+    operator_actions,
+    ownership_table,
+)
+from console.operator.present.fleet import (
+    fleet_tables,
+    reconciliation_panel,
+    subtree_counts,
+    subtree_summary,
+    unaccounted_block,
+)
+
+__all__ = [
+    "action_message", "action_verb", "call_fields", "describe_for_confirmation", "fields_grid", "fleet_tables",
+    "history_group", "history_table", "job_panel", "jobs_table", "lineage_table", "operator_actions",
+    "ownership_table", "reconciliation_panel", "shutdown_message", "subtree_counts", "subtree_summary",
+    "unaccounted_block",
+]

@@ -1,0 +1,48 @@
+"""The one place that handles a failed thread worker (Textual's Worker.StateChanged, state ERROR).
+
+Every database worker of the console -- a screen's poll, a dialog's action, a payload preview, an
+export -- ends here when it raises. An error leasectl expects (LeasectlError: unreachable, locked
+row, refused) reads as its own message. Anything else is a bug: the log keeps the traceback, the
+person reads one line that says nothing was changed by it and where the details are. Nothing is
+left waiting ("applying…" for ever), and the console keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import platformdirs
+
+from console.shared.errors import LeasectlError
+from console.shared.text import sanitize
+
+log = logging.getLogger("leasectl.console")
+
+
+def log_path() -> Path:
+    return Path(platformdirs.user_log_dir("leasectl")) / "console.log"
+
+
+def ensure_log_file() -> Path:
+    """Unexpected errors go to a file of their own (the screen is the console's; stderr would tear
+    it); they also reach whatever the process logs to already (the demo's log file)."""
+    path = log_path()
+    if not any(isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path for h in log.handlers):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    return path
+
+
+def describe_failure(error: BaseException | None, what: str) -> str:
+    """One line for a person; the traceback of anything unexpected goes to the log."""
+    if isinstance(error, LeasectlError):
+        hint = f" ({sanitize(error.hint)})" if error.hint else ""
+        return f"{sanitize(str(error))}{hint}"
+    log.error("unexpected error in %s", what, exc_info=error)
+    name = type(error).__name__ if error is not None else "unknown error"
+    return (f"internal error in {what} ({name}: {sanitize(str(error), max_chars=200)}). Nothing was changed by it; "
+            f"the details are in {ensure_log_file()}")

@@ -1,0 +1,199 @@
+"""The one filter grammar: `/` on every list of calls, `leasectl jobs`, and bulk actions' `--where`.
+
+    state:running tool:web_search owner:w-3 agent:planner-1 key:report:42: id:8f1b
+    health:zombie model:gpt-5.1 provider:openai class:unverifiable
+
+A bare word is a state, a lease-health label or an id prefix (hex); anything else must name its
+key. An unknown key is an error that shows the grammar: a filter that silently matched nothing
+would be a false all-clear at 02:00. The same filter is evaluated by SQL (queries/views/jobs.sql,
+the Calls screen and the CLI) and in memory (`matches`, for Triage and Approvals): a test keeps
+the two in agreement.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from console.shared.errors import BadInput
+from console.shared.models import HEALTHS, STATES, JobSummary
+from console.shared.text import sanitize
+
+SIDE_EFFECTS = {"read_only": "read_only", "read-only": "read_only", "verifiable": "mutating_verifiable",
+                "mutating_verifiable": "mutating_verifiable", "unverifiable": "mutating_unverifiable",
+                "mutating_unverifiable": "mutating_unverifiable"}
+
+# filter key -> JobFilter field, with what it means (the grammar shown on a bad filter)
+KEYS: dict[str, tuple[str, str]] = {
+    "state": ("state", ", ".join(STATES)),
+    "tool": ("tool", "a tool name"),
+    "owner": ("owner", "the worker that owns (or last owned) the call"),
+    "agent": ("agent", "the agent that asked for the call"),
+    "key": ("key_prefix", "an idempotency-key prefix (key:report:42:)"),
+    "id": ("id_prefix", "a call-id prefix (hex)"),
+    "health": ("health", ", ".join(HEALTHS)),
+    "model": ("model", "the model that asked (gpt-5.1)"),
+    "provider": ("provider", "the model's provider (openai)"),
+    "class": ("side_effect", "read_only, verifiable or unverifiable"),
+}
+_HEX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
+
+
+def grammar() -> str:
+    keys = " ".join(f"{k}:…" for k in KEYS)
+    return (f"filter keys: {keys}. A bare word is a state, a lease-health label or an id prefix; "
+            "e.g. state:running tool:web_search health:zombie")
+
+
+class JobFilter(BaseModel):
+    """A filter of calls; every field None means no filter."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: str | None = None
+    tool: str | None = None
+    owner: str | None = None
+    agent: str | None = None
+    key_prefix: str | None = None
+    id_prefix: str | None = None
+    health: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    side_effect: str | None = None
+
+    @field_validator("state", "health")
+    @classmethod
+    def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
+        known = STATES if info.field_name == "state" else HEALTHS
+        if value is not None and value not in known:
+            raise ValueError(f"unknown {info.field_name} '{sanitize(value, max_chars=60)}' (one of {', '.join(known)})")
+        return value
+
+    @field_validator("side_effect")
+    @classmethod
+    def _class(cls, value: str | None) -> str | None:
+        if value is not None and value not in SIDE_EFFECTS:
+            raise ValueError(f"unknown side-effect class '{sanitize(value, max_chars=60)}' "
+                             "(read_only, verifiable or unverifiable)")
+        return SIDE_EFFECTS[value] if value is not None else None
+
+    @field_validator("id_prefix")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F-]{1,36}", value):
+            raise ValueError(f"'{sanitize(value, max_chars=60)}' is not an id prefix (hex digits)")
+        return value.lower().replace("-", "") if value is not None else None
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.model_dump().values())
+
+    def describe(self) -> str:
+        """The filter in its own grammar (what the screen shows as active)."""
+        by_field = {field: key for key, (field, _) in KEYS.items()}
+        return " ".join(f"{by_field[k]}:{v}" for k, v in self.model_dump().items() if v)
+
+    def matches(self, job: JobSummary) -> bool:
+        """In-memory evaluation, the same as views/jobs.sql's WHERE clause."""
+        return ((self.state is None or job.state == self.state)
+                and (self.tool is None or job.tool == self.tool)
+                and (self.owner is None or job.owner_id == self.owner)
+                and (self.agent is None or job.agent_id == self.agent)
+                and (self.key_prefix is None or job.idempotency_key.startswith(self.key_prefix))
+                and (self.id_prefix is None or job.id.hex.startswith(self.id_prefix))
+                and (self.health is None or job.health == self.health)
+                and (self.model is None or job.model == self.model)
+                and (self.provider is None or job.provider == self.provider)
+                and (self.side_effect is None or job.side_effect == self.side_effect))
+
+
+def parse_filter(text: str) -> JobFilter:
+    """Parse the grammar above; bad input (unknown key, empty value, a key given twice, an
+    unknown state) is a BadInput whose hint is the grammar."""
+    values: dict[str, str] = {}
+
+    def put(field: str, value: str, token: str) -> None:
+        if field in values and values[field] != value:
+            raise BadInput(f"'{sanitize(token, max_chars=60)}': {field.replace('_prefix', '')} is given twice",
+                           hint=grammar())
+        values[field] = value
+
+    for token in text.split():
+        name, sep, value = token.partition(":")
+        if sep:
+            if name not in KEYS:
+                raise BadInput(f"unknown filter key '{sanitize(name, max_chars=40)}:' in "
+                               f"'{sanitize(token, max_chars=60)}'", hint=grammar())
+            if not value:
+                raise BadInput(f"'{sanitize(token, max_chars=60)}': nothing after '{name}:'", hint=grammar())
+            put(KEYS[name][0], value, token)
+        elif token in STATES:
+            put("state", token, token)
+        elif token in HEALTHS:
+            put("health", token, token)
+        elif _HEX.match(token):
+            put("id_prefix", token, token)
+        else:
+            raise BadInput(f"'{sanitize(token, max_chars=60)}' is not a state, a lease-health label or an id "
+                           f"prefix; name its key (key:{sanitize(token, max_chars=40)} for an idempotency key)",
+                           hint=grammar())
+    try:
+        return JobFilter(**values)
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise BadInput(message, hint=grammar()) from None
+
+
+# ----------------------------------------------------------------------------- the fleet's lists
+
+AGENT_KEYS = {"agent": "an agent-id prefix", "kind": "the agent's kind (planner, sandbox)",
+              "state": "running, draining, aborting, reconciling or terminated"}
+RECORD_KEYS = {"agent": "the subtree's root agent (a prefix)", "mode": "drain or abort",
+               "unaccounted": "yes: only records with unaccounted agents"}
+
+
+class FieldFilter(BaseModel):
+    """`agent:planner state:draining` over a list of the fleet screens: exact values, except
+    `agent:`, a prefix. A bare word is an agent-id prefix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    terms: dict[str, str] = {}
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+    def describe(self) -> str:
+        return " ".join(f"{k}:{v}" for k, v in self.terms.items())
+
+    def matches(self, values: dict[str, str | None]) -> bool:
+        for key, wanted in self.terms.items():
+            value = values.get(key) or ""
+            if key == "agent" and not value.startswith(wanted):
+                return False
+            if key != "agent" and value != wanted:
+                return False
+        return True
+
+
+def field_grammar(keys: dict[str, str]) -> str:
+    return "filter keys: " + "; ".join(f"{k}: {meaning}" for k, meaning in keys.items()) + \
+        ". A bare word is an agent-id prefix."
+
+
+def parse_fields(text: str, keys: dict[str, str]) -> FieldFilter:
+    terms: dict[str, str] = {}
+    for token in text.split():
+        name, sep, value = token.partition(":")
+        if not sep:
+            name, value = "agent", token
+        elif name not in keys:
+            raise BadInput(f"unknown filter key '{sanitize(name, max_chars=40)}:'", hint=field_grammar(keys))
+        elif not value:
+            raise BadInput(f"'{sanitize(token, max_chars=60)}': nothing after '{name}:'", hint=field_grammar(keys))
+        if name in terms and terms[name] != value:
+            raise BadInput(f"{name}: is given twice", hint=field_grammar(keys))
+        terms[name] = value
+    return FieldFilter(terms=terms)

@@ -1,0 +1,73 @@
+"""Times people type: an instant (ISO 8601, or an age such as `15m` meaning that long ago) and
+a duration (`90s`, `15m`, `2h`, `3d`). Parsed here once, for the CLI and the console alike.
+
+An ISO time without an offset is local time; the result says which zone was used, so the output
+can say it too. Ages are measured back from the database's clock (the caller passes it in): a
+console's clock and the server's may differ, the history's `at` is the server's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from console.shared.errors import BadInput
+from console.shared.text import sanitize
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\s*$",
+                       re.IGNORECASE)
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+TIME_FORMS = "an ISO 8601 time (2026-12-03T02:13:00Z; without an offset it is local time) or an age (90s, 15m, 2h, 3d)"
+DURATION_FORMS = "a duration such as 90s, 15m, 2h or 3d"
+
+
+@dataclass(frozen=True)
+class Instant:
+    """A parsed TIME: the instant, and how it was given (for the output to say)."""
+
+    at: datetime
+    zone: str  # "UTC", "+02:00", "local (CET)", or "ago" for an age
+    text: str
+
+    def describe(self) -> str:
+        return f"{self.at.isoformat()} ({self.zone})"
+
+
+def parse_duration(text: str, *, what: str = "duration") -> float:
+    """Seconds in `90s`, `15m`, `2h`, `3d` (or a plain number of seconds); bad input otherwise."""
+    cleaned = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    else:
+        m = _DURATION.match(cleaned)
+        if not m:
+            raise BadInput(f"{what} '{sanitize(text, max_chars=40)}' is not {DURATION_FORMS}")
+        seconds = float(m.group(1)) * _UNIT[m.group(2)[0].lower()]
+    if seconds <= 0:
+        raise BadInput(f"{what} '{sanitize(text, max_chars=40)}' must be more than zero")
+    return seconds
+
+
+def parse_time(text: str, *, now: datetime | None = None, what: str = "time") -> Instant:
+    """An instant from ISO 8601 or an age back from `now` (the database's clock, when known)."""
+    cleaned = text.strip()
+    if not cleaned:
+        raise BadInput(f"{what}: nothing given; use {TIME_FORMS}")
+    if _DURATION.match(cleaned):
+        reference = now or datetime.now(UTC)
+        return Instant(reference - timedelta(seconds=parse_duration(cleaned, what=what)), "ago", cleaned)
+    try:
+        parsed = datetime.fromisoformat(cleaned.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS}") from None
+    if parsed.tzinfo is None:
+        local = parsed.astimezone()  # the local zone of this machine, at that date
+        return Instant(local, f"local ({local.tzname()})", cleaned)
+    zone = "UTC" if parsed.utcoffset() == timedelta(0) else parsed.strftime("%z")
+    return Instant(parsed, zone, cleaned)
+
+
+def check_range(since: Instant | None, until: Instant | None) -> None:
+    if since is not None and until is not None and since.at > until.at:
+        raise BadInput(f"--since {since.describe()} is after --until {until.describe()}")

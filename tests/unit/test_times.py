@@ -1,0 +1,47 @@
+"""Times people type: ISO 8601 with or without an offset, ages, durations, bad input."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from console.shared.errors import BadInput
+from console.shared.times import check_range, parse_duration, parse_time
+
+NOW = datetime(2026, 12, 3, 2, 13, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("15m", 900), ("2h", 7200), ("3d", 259200), ("45", 45),
+                                            ("1.5h", 5400), ("10 min", 600)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "fast", "-5m", "0s", "2w", "1h30"])
+def test_bad_durations(text):
+    with pytest.raises(BadInput):
+        parse_duration(text)
+
+
+def test_instants_say_their_zone():
+    utc = parse_time("2026-12-03T02:13:00Z")
+    assert utc.at == NOW and utc.zone == "UTC"
+    offset = parse_time("2026-12-03T04:13:00+02:00")
+    assert offset.at == NOW and offset.zone == "+0200"
+    local = parse_time("2026-12-03T02:13:00")
+    assert local.at.tzinfo is not None and local.zone.startswith("local")
+    ago = parse_time("15m", now=NOW)
+    assert ago.at == NOW - timedelta(minutes=15) and ago.zone == "ago"
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-13-01", "12/03/2026", ""])
+def test_bad_instants(text):
+    with pytest.raises(BadInput, match="ISO 8601|nothing given"):
+        parse_time(text)
+
+
+def test_since_after_until_is_bad_input():
+    with pytest.raises(BadInput, match="is after"):
+        check_range(parse_time("1h", now=NOW), parse_time("2h", now=NOW))
+    check_range(parse_time("2h", now=NOW), parse_time("1h", now=NOW))
