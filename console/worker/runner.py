@@ -38,7 +38,14 @@ from psycopg.types.json import Jsonb
 
 from console.db.connect import Conn, connect, run_one
 from console.shared.config import WORKER_LIMITS, SessionLimits
-from console.shared.errors import DatabaseUnavailable, LeasectlError, PermissionDenied, ProtocolViolation
+from console.shared.errors import (
+    DatabaseUnavailable,
+    LeasectlError,
+    PermissionDenied,
+    ProtocolViolation,
+    RowLocked,
+    StatementTimedOut,
+)
 
 log = logging.getLogger("leasectl.worker")
 
@@ -202,6 +209,7 @@ class Heartbeat:
                 self.worker._drop_heartbeat_conn()
                 self.worker._log("heartbeat_error", self.call, error=str(exc),
                                  confirmed_left=round(self.confirmed_until - time.monotonic(), 3))
+                self.worker._database_error(self.call, "worker/heartbeat", exc)
                 return None
             self.failures = 0
             if row is None:
@@ -303,8 +311,9 @@ class CallContext:
             row = run_one(self.worker._main_conn(), "worker/start_side_effect", job_id=self.call.id,
                           worker_id=self.worker_id, fencing_token=self.fencing_token,
                           external_request_id=request_id)
-        except LeasectlError:
+        except LeasectlError as exc:
             self.worker._drop_main_conn()
+            self.worker._database_error(self.call, "worker/start_side_effect", exc)
             self._ownership_unknown(request_id)
         if row is None:
             # learn why: a cancel request, the lease gone, or (still ours) the deadline passed
@@ -603,7 +612,7 @@ class Worker:
         return self._complete(call, result, chain=chain)
 
     # --------------------------------------------------------------- endings
-    def _guarded(self, name: str, **params: Any) -> dict[str, Any] | None:
+    def _guarded(self, name: str, call: ClaimedCall, **params: Any) -> dict[str, Any] | None:
         """Run a final guarded write. If the connection breaks, the write may or may not have
         committed: reconnect and send it once more (the guard makes a repeat harmless); the
         caller then tells "my first attempt landed" from "rejected" by reading the call."""
@@ -616,7 +625,18 @@ class Worker:
                 if attempt == 1:
                     raise
                 time.sleep(0.2)
+            except LeasectlError as exc:
+                self._database_error(call, name, exc)
+                raise
         return None  # pragma: no cover - the loop returns or raises
+
+    def _database_error(self, call: ClaimedCall, statement: str, error: LeasectlError) -> None:
+        """A lock wait or a heavy statement met on the way (seed 004): journaled with its cause,
+        so that the two are counted apart (details.cause: lock_timeout | statement_timeout)."""
+        cause = {RowLocked: "lock_timeout", StatementTimedOut: "statement_timeout"}.get(type(error))
+        if cause is not None:
+            self._record_event(call, "database_error", {"cause": cause, "statement": statement,
+                                                        "error": str(error)})
 
     def _landed(self, call: ClaimedCall, state: str) -> dict[str, Any] | None:
         """After a zero-row answer to a retried write: did the first attempt commit?"""
@@ -650,7 +670,7 @@ class Worker:
             row = both if both["completed"] else None
             next_call = self._claimed(both, sent)
         else:
-            row = self._guarded("worker/complete", job_id=call.id, worker_id=self.worker_id,
+            row = self._guarded("worker/complete", call, job_id=call.id, worker_id=self.worker_id,
                                 fencing_token=call.fencing_token, result=Jsonb(result))
         if row is None and (landed := self._landed(call, "succeeded")) is not None:
             row = landed  # our first attempt committed; only its answer was lost
@@ -665,7 +685,7 @@ class Worker:
                        completed_despite_cancel=row["completed_despite_cancel"], next_call=next_call)
 
     def _confirm_cancel(self, call: ClaimedCall) -> Outcome:
-        row = self._guarded("worker/confirm_cancel", job_id=call.id, worker_id=self.worker_id,
+        row = self._guarded("worker/confirm_cancel", call, job_id=call.id, worker_id=self.worker_id,
                             fencing_token=call.fencing_token)
         if row is None:
             self._log("cancel_not_confirmed", call, reason="zero_rows")
@@ -675,7 +695,7 @@ class Worker:
         return Outcome(call.id, call.fencing_token, "cancelled")
 
     def _fail(self, call: ClaimedCall, error: dict[str, Any], *, retryable: bool) -> Outcome:
-        row = self._guarded("worker/fail", job_id=call.id, worker_id=self.worker_id,
+        row = self._guarded("worker/fail", call, job_id=call.id, worker_id=self.worker_id,
                             fencing_token=call.fencing_token, error=Jsonb(error), retryable=retryable)
         if row is None:
             self._log("failure_rejected", call, reason="zero_rows")
@@ -690,7 +710,7 @@ class Worker:
         error = {"message": message, "external_request_id": ctx.external_request_id,
                  "side_effect_started": ctx.side_effect_started}
         if ctx.side_effect_started and call.side_effect == "mutating_unverifiable":
-            row = self._guarded("worker/report_outcome_unknown", job_id=call.id,
+            row = self._guarded("worker/report_outcome_unknown", call, job_id=call.id,
                                 worker_id=self.worker_id, fencing_token=call.fencing_token,
                                 error=Jsonb(error))
             if row is None:

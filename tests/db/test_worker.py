@@ -10,7 +10,7 @@ import pytest
 
 from console.worker import CallContext, ToolFailed, ToolNoAnswer, Worker
 from console.worker.receiver import FencedReceiver
-from tests.helpers import cancel, enqueue, events, job, mark_terminal, register_tool, wait_until
+from tests.helpers import FAST, cancel, enqueue, events, job, mark_terminal, register_tool, wait_until
 from tests.netproxy import DbProxy
 
 TOOLS = {
@@ -216,3 +216,31 @@ def test_tool_failure_and_crash_before_any_side_effect(db, conn):
     assert job(conn, a["id"])["terminal_reason"] == "failed: not retryable"
     assert job(conn, b["id"])["terminal_reason"] == "attempts exhausted"
     assert "RuntimeError" in job(conn, b["id"])["error"]["message"]
+
+
+def test_a_lock_wait_met_by_the_worker_is_journaled_with_its_cause(db):
+    """Seed 004: lock waits and heavy statements are told apart (details.cause), so that
+    leasectl_db_timeouts_total{cause} counts them apart."""
+    from console.shared.config import SessionLimits
+    from console.shared.errors import RowLocked
+
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", **FAST)
+        e = enqueue(conn, "search")
+    holder = db.connect(autocommit=False)
+    limits = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=200, idle_in_transaction_ms=10_000)
+
+    def handler(ctx: CallContext) -> dict:
+        holder.execute("select 1 from tool_jobs where id = %s for update", (ctx.call.id,))  # someone locks it
+        return {"ok": True}
+
+    try:
+        with pytest.raises(RowLocked):
+            Worker(db.dsn, "w1", handler, limits=limits).run_once()
+    finally:
+        holder.rollback()
+        holder.close()
+    with db.connect() as conn:
+        journaled = [ev for ev in events(conn, e["id"]) if ev["kind"] == "database_error"]
+    assert journaled and journaled[0]["details"]["cause"] == "lock_timeout"
+    assert journaled[0]["details"]["statement"] == "worker/complete" and journaled[0]["actor"] == "w1"
