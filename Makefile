@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PG15_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: demo test lint test-fast test-pg15 bench bench-protocol bench-console screenshots clean
+.PHONY: demo test lint test-fast test-pg15 bench bench-protocol bench-console bench-bulk screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: Python >= 3.11 is needed (python3.11 or newer on PATH)"; exit 1; }
@@ -29,10 +29,22 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+.PHONY: tools bench-metrics
+# promtool and the Prometheus server, for the metrics tests (Debian's prometheus package); installed
+# when missing. Where it cannot be installed (no root, no apt) those tests skip and say why.
+tools:
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "== installing Debian's prometheus package (promtool, prometheus) for the metrics tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+	  || echo "warning: prometheus could not be installed: the tests that need it will skip"; \
+	else echo "warning: promtool/prometheus missing and not root with apt-get: the tests that need them will skip"; fi
+
 # Everything, on the embedded PostgreSQL 18; the wheel as a user installs it (a fresh virtualenv,
 # not editable, run from outside the checkout); then the database tier on PostgreSQL 15.
 # LEASECTL_MIN_TESTS makes a run that collects too few tests fail instead of passing quietly.
-test: lint
+test: tools lint
 	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel" tests
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -m slow tests
 	LEASECTL_MIN_TESTS=2 $(PYTEST) -m wheel tests/wheel
@@ -47,13 +59,19 @@ test-pg15: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -n 4 -m "not slow and not wheel" tests
 
-bench: bench-protocol bench-console
+bench: bench-protocol bench-console bench-bulk bench-metrics
 
 bench-protocol: $(STAMP)
 	$(BIN)/python -m tests.bench.protocol $(ARGS)
 
 bench-console: $(STAMP)
 	$(BIN)/python -m tests.bench.console $(ARGS)
+
+bench-bulk: $(STAMP)
+	$(BIN)/python -m tests.bench.bulk $(ARGS)
+
+bench-metrics: $(STAMP)
+	$(BIN)/python -m tests.bench.metrics $(ARGS)
 
 screenshots: $(STAMP)
 	$(BIN)/leasectl screenshots

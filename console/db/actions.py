@@ -15,6 +15,7 @@ from console.db.reads import job, shutdown
 from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.models import (
+    CANCELLABLE_STATES,
     TERMINAL_STATES,
     Action,
     ActionResult,
@@ -93,31 +94,66 @@ def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_to
             row = run_one(conn, QUERY[action], job_id=job_id, seen_state=seen_state, seen_token=seen_token,
                           operator=operator, reason=reason, **extra)
     except (RowLocked, StatementTimedOut) as exc:
-        _journal_failure(conn, action, job_id, operator, reason, str(exc), seen_state, seen_token, request_id,
-                         cause="lock_timeout" if isinstance(exc, RowLocked) else "statement_timeout")
+        journal_failure(conn, action, job_id, operator, reason, exc, seen_state, seen_token, request_id)
         raise
     if row is not None:
         return Applied(action=action, job_id=job_id, state=row["state"], fencing_token=row["fencing_token"],
                        owner_id=row.get("owner_id"), request_id=row["request_id"],
                        fenced=bool(row.get("fenced")))
-    now = job(conn, job_id)
+    why, now = refusal_of(conn, job_id, request_id)
     if now is None:
         raise BadInput(f"no call {job_id}")
+    return Refused(action=action, job_id=job_id, reason=why, now=now, request_id=request_id)
+
+
+def refusal_of(conn: Conn, job_id: uuid.UUID, request_id: uuid.UUID) -> tuple[str, JobSummary | None]:
+    """Why the guard refused (the journal says, by request id), and what is true now."""
+    now = job(conn, job_id)
     outcome = run_one(conn, "views/action_outcome", request_id=request_id)
     why = (outcome or {}).get("refusal") or "the call changed since you looked"
-    return Refused(action=action, job_id=job_id, reason=why, now=JobSummary.model_validate(now.model_dump()),
-                   request_id=request_id)
+    return why, JobSummary.model_validate(now.model_dump()) if now else None
 
 
-def _journal_failure(conn: Conn, action: str, job_id: uuid.UUID, operator: str, reason: str, error: str,
-                     seen_state: str, seen_token: int, request_id: uuid.UUID, *, cause: str) -> None:
-    """details.cause tells lock waits (lock_timeout, 55P03) from heavy statements (statement_timeout, 57014)."""
+def journal_failure(conn: Conn, action: str, job_id: uuid.UUID, operator: str, reason: str, error: LeasectlError,
+                    seen_state: str, seen_token: int, request_id: uuid.UUID) -> None:
+    """An attempt that never reached its guard, journaled in its own statement; details.cause
+    tells lock waits (lock_timeout, 55P03) from heavy statements (statement_timeout, 57014)."""
+    cause = "lock_timeout" if isinstance(error, RowLocked) else "statement_timeout"
     try:
         run_one(conn, "operator/journal_failure", job_id=job_id, action=action, operator=operator,
-                reason=reason, error=error, seen_state=seen_state, seen_token=seen_token,
+                reason=reason, error=str(error), seen_state=seen_state, seen_token=seen_token,
                 request_id=request_id, cause=cause)
     except LeasectlError as exc:  # the journal is best effort here: the action itself did nothing
         log.warning("could not journal the failed %s on %s: %s", action, job_id, exc)
+
+
+def not_possible(action: str, job: JobSummary, *, terminal_state: str | None = None,
+                 force: bool = False) -> str | None:
+    """Why an action cannot apply to this call as it was read (said before anything is sent:
+    a dialog whose guard could only refuse is not opened; a bulk action skips the call)."""
+    if action == "cancel" and job.state not in CANCELLABLE_STATES:
+        if job.state == "cancel_requested":
+            return "a cancel is already requested; the worker has not confirmed it yet"
+        return f"a {job.state.replace('_', ' ')} call cannot be cancelled"
+    if action == "approve_retry" and job.state != "outcome_unknown":
+        return "only a call whose outcome is unknown needs an approval to retry"
+    if action == "mark_terminal":
+        if job.state in TERMINAL_STATES:
+            return f"already {job.state}"
+        if terminal_state is not None and terminal_state not in allowed_terminal_states(job.state):
+            return f"a {job.state.replace('_', ' ')} call cannot be marked {terminal_state}"
+        if terminal_state is not None and job.lease_live and not force:
+            return "its owner holds a live lease (force would fence it out)"
+    return None
+
+
+def allowed_terminal_states(state: str) -> tuple[str, ...]:
+    """What operator/mark_terminal.sql accepts from each state."""
+    if state == "outcome_unknown":
+        return ("succeeded", "failed")
+    if state == "queued":
+        return ("failed", "cancelled")
+    return TERMINAL_STATES
 
 
 # ----------------------------------------------------------------------------- fleet

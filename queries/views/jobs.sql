@@ -5,8 +5,9 @@
 -- Zero rows: no call matches (or no more pages).
 --   A finished call holds no lease: its heartbeat age, lease left and lease health are null (a
 --   zombie -- a stale write refused in the last five minutes -- still shows as one).
+--   With ids, only those calls (a bulk action's marked calls, read again in one snapshot).
 -- Parameters: state, tool, owner, agent, key_prefix, id_low, id_high, health, model, provider,
---   side_effect, before_created, before_id, limit (every filter null = no filter)
+--   side_effect, ids, before_created, before_id, limit (every filter null = no filter)
 with clock as materialized (
     select leasectl_now() as now
 ),
@@ -25,6 +26,7 @@ page as (
            or (j.idempotency_key >= :key_prefix::text
                and j.idempotency_key < :key_prefix::text || chr(1114111)))
       and (:id_low::uuid is null or j.id between :id_low::uuid and :id_high::uuid)
+      and (:ids::uuid[] is null or j.id = any(:ids::uuid[]))
       and (:model::text is null or j.model = :model::text)
       and (:provider::text is null or j.provider = :provider::text)
       and (:side_effect::text is null or j.tool in (select name from tools where side_effect = :side_effect::text))

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from console.db import actions, reads
+from console.db import actions, bulk, reads
 from console.operator import present
 from console.operator.cli.common import (
     DsnOption,
@@ -26,13 +26,21 @@ from console.operator.cli.common import (
     operator_option,
     out,
     print_json,
+    typed_confirmation,
 )
+from console.operator.present import bulk as present_bulk
 from console.shared.errors import BadInput
-from console.shared.filters import JobFilter
+from console.shared.filters import JobFilter, grammar, parse_filter
 from console.shared.models import Action, Applied, TerminalState
+from console.shared.text import sanitize
 
 TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fencing token you saw: the "
                                                  "action is refused if it changed (no question asked)")]
+OptionalJob = Annotated[str | None, typer.Argument(help="Call id, or a unique prefix of it (or use --where)",
+                                                   show_default=False)]
+WhereOption = Annotated[str | None, typer.Option("--where", help="Every call this filter selects (at most 1,000), "
+                                                 "e.g. 'state:running tool:web_search health:zombie'",
+                                                 show_default=False)]
 
 
 @app.command()
@@ -92,10 +100,21 @@ def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None
     out.print(present.history_group(job_id, events))
 
 
-def _act(action: Action, job: str, reason: str, token: int | None, operator: str | None, yes: bool,
-         dsn: str | None, *, terminal_state: str | None = None, force: bool = False) -> None:
+def _act(action: Action, job: str | None, where: str | None, reason: str, token: int | None, operator: str | None,
+         yes: bool, dsn: str | None, *, terminal_state: str | None = None, force: bool = False) -> None:
     if not reason.strip():
         raise BadInput("--reason must not be empty: it is journaled with the action")
+    if job is not None and where is not None:
+        raise BadInput("give one call (JOB) or --where FILTER, not both")
+    if job is None and where is None:
+        raise BadInput("give the call (JOB, an id or a unique prefix) or --where FILTER for every call it selects",
+                       hint=grammar())
+    if where is not None:
+        if token is not None:
+            raise BadInput("--token guards one call; with --where each call is guarded by the token read for it")
+        _bulk(action, where, reason, operator, yes, dsn, terminal_state=terminal_state, force=force)
+        return
+    assert job is not None
     who = operator_option(operator)
     with connect_for_acting(dsn, f"{action.replace('_', '-')}") as conn:
         job_id = reads.resolve(conn, job)
@@ -113,36 +132,68 @@ def _act(action: Action, job: str, reason: str, token: int | None, operator: str
     answer(isinstance(result, Applied), present.action_message(result), f"request {result.request_id}")
 
 
+def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bool, dsn: str | None, *,
+          terminal_state: str | None, force: bool) -> None:
+    """Every call the filter selects (at most 1,000), each guarded by the state and token read for
+    it in one snapshot; the count typed to confirm. Exit 0 when every call was applied, 3 when any
+    was refused, failed or skipped (the summary says which), 2 for a bad filter or too many calls."""
+    selected = parse_filter(where)
+    who = operator_option(operator)
+    actions.checked_words(reason, who)
+    with connect_for_acting(dsn, action.replace("_", "-")) as conn:
+        plan = bulk.plan(action, bulk.snapshot(conn, where=selected), terminal_state=terminal_state, force=force)
+        if not plan.send and not plan.skipped:
+            err.print(f"no call matches {sanitize(selected.describe(), max_chars=200)}: nothing to do")
+            return
+        err.print(present_bulk.plan_words(plan))
+        if not plan.send:
+            err.print("nothing to send: every selected call was skipped (see why above)")
+            raise typer.Exit(3)
+        if not yes:
+            typed_confirmation(plan.confirmation(), f"{present_bulk.VERBS[action]} these {plan.count} calls")
+        result = bulk.apply(conn, plan, operator=who, reason=reason)
+    out.print(present_bulk.result_table(result))
+    out.print(present_bulk.result_words(result))
+    if not result.all_applied:
+        raise typer.Exit(3)
+
+
 @app.command()
 @friendly
-def cancel(job: JobArgument, reason: ReasonOption, token: TokenOption = None, operator: OperatorOption = None,
-           yes: YesOption = False, dsn: DsnOption = None) -> None:
-    """Cancel a call: queued -> cancelled; running -> cancel requested (not stopped until the worker confirms)."""
-    _act("cancel", job, reason, token, operator, yes, dsn)
+def cancel(job: OptionalJob = None, reason: ReasonOption = "", where: WhereOption = None,
+           token: TokenOption = None, operator: OperatorOption = None, yes: YesOption = False,
+           dsn: DsnOption = None) -> None:
+    """Cancel a call (or every call --where selects): queued -> cancelled; running -> cancel
+    requested (not stopped until the worker confirms)."""
+    _act("cancel", job, where, reason, token, operator, yes, dsn)
 
 
 @app.command("mark-terminal")
 @friendly
 def mark_terminal(
-    job: JobArgument,
-    reason: ReasonOption,
-    as_state: Annotated[str, typer.Option("--as", help="succeeded, failed or cancelled", show_default=False)],
+    job: OptionalJob = None,
+    reason: ReasonOption = "",
+    as_state: Annotated[str, typer.Option("--as", help="succeeded, failed or cancelled", show_default=False)] = "",
     force: Annotated[bool, typer.Option("--force", help="Even if the owner holds a live lease: fences it "
                                                         "out (its heartbeat and result are rejected)")] = False,
+    where: WhereOption = None,
     token: TokenOption = None,
     operator: OperatorOption = None,
     yes: YesOption = False,
     dsn: DsnOption = None,
 ) -> None:
-    """Close a call after checking outside what really happened."""
+    """Close a call (or every call --where selects) after checking outside what really happened."""
     if as_state not in TerminalState.__args__:  # type: ignore[attr-defined]
-        raise BadInput(f"--as '{as_state}': use succeeded, failed or cancelled")
-    _act("mark_terminal", job, reason, token, operator, yes, dsn, terminal_state=as_state, force=force)
+        raise BadInput(f"--as '{as_state}': use succeeded, failed or cancelled" if as_state
+                       else "--as is required: succeeded, failed or cancelled")
+    _act("mark_terminal", job, where, reason, token, operator, yes, dsn, terminal_state=as_state, force=force)
 
 
 @app.command("approve-retry")
 @friendly
-def approve_retry(job: JobArgument, reason: ReasonOption, token: TokenOption = None,
-                  operator: OperatorOption = None, yes: YesOption = False, dsn: DsnOption = None) -> None:
-    """Allow one more attempt of a call whose outcome is unknown (never by its own executor)."""
-    _act("approve_retry", job, reason, token, operator, yes, dsn)
+def approve_retry(job: OptionalJob = None, reason: ReasonOption = "", where: WhereOption = None,
+                  token: TokenOption = None, operator: OperatorOption = None, yes: YesOption = False,
+                  dsn: DsnOption = None) -> None:
+    """Allow one more attempt of a call whose outcome is unknown (or of every call --where selects;
+    never by its own executor)."""
+    _act("approve_retry", job, where, reason, token, operator, yes, dsn)

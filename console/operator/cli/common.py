@@ -171,6 +171,26 @@ def confirm(question: str) -> None:
         raise typer.Exit(2)
 
 
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def typed_confirmation(expected: str, what: str) -> None:
+    """A confirmation sized to the blast radius: the operator types the count (or the words).
+    It needs a terminal: with none, and no --yes, nothing changes (exit 2)."""
+    if not stdin_is_terminal():
+        err.print("no terminal to confirm on: nothing changed (pass --yes to act without the question)")
+        raise typer.Exit(2)
+    try:
+        typed = typer.prompt(f"Type '{expected}' to {what} (anything else changes nothing)", default="",
+                             show_default=False, err=True)
+    except typer.Abort:
+        typed = ""
+    if typed.strip() != expected:
+        err.print("not confirmed: nothing changed")
+        raise typer.Exit(2)
+
+
 def answer(applied: bool, message: str, detail: str) -> None:
     """The database's answer to an action: applied (exit 0) or refused by its guard (exit 3)."""
     if applied:
@@ -193,7 +213,7 @@ DsnOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (contract column names)")]
 JobArgument = Annotated[str, typer.Argument(help="Call id, or a unique prefix of it", show_default=False)]
 ReasonOption = Annotated[str, typer.Option("--reason", help="Why (required; journaled with your name)",
-                                           show_default=False)]
+                                           show_default=False)]  # required: an empty one is refused
 OperatorOption = Annotated[str | None, typer.Option("--operator", help="Your name in the journal (default: "
                                                                        "$USER); before or after the command")]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; act on the state just read")]

@@ -64,6 +64,8 @@ SHOTS = [
          title="A reconciliation record: the unaccounted agent first and loud, then every call and grant"),
     Shot("help", ["question_mark"], until="Lease health", title="? every binding, and what lease health means"),
     Shot("read_only", [], until="READ-ONLY", read_only=True, title="--read-only"),
+    Shot("dialog_bulk", ["2", "slash", *list("state:running"), "enter", "asterisk", "c"], until="what will change",
+         title="Bulk cancel of every call a filter matches: the blast radius, the count typed to confirm"),
     Shot("small_triage", until="outcome unknown", size=SMALL, title="Triage at 80x24: health, lease, freshness"),
     Shot("small_detail", [*filter_to("b5c7e033"), "enter"], until="zombie", size=SMALL,
          title="Call detail at 80x24"),

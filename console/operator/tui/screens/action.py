@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, ClassVar, cast
 
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
@@ -117,7 +118,7 @@ class GuardedDialog(ModalScreen[object | None]):
     def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, object]) -> object:
         raise NotImplementedError
 
-    def answer(self, result: object) -> Text:
+    def answer(self, result: object) -> RenderableType:
         """The database's answer, first words loud."""
         raise NotImplementedError
 
@@ -227,7 +228,10 @@ class GuardedDialog(ModalScreen[object | None]):
         return session.act(lambda conn: self.perform(conn, session.operator, reason, fields))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "action" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+        if event.worker.group != "action":
+            self.other_worker_changed(event)
+            return
+        if event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
             return
         self.busy = False
         if event.state == WorkerState.ERROR:
@@ -236,9 +240,7 @@ class GuardedDialog(ModalScreen[object | None]):
         self.result = event.worker.result
         for widget in self.query("Input, Select, Checkbox, Label, #buttons"):
             widget.display = False
-        text = self.answer(self.result)
-        text.append("\nenter or esc: close", style="dim")
-        self._say(text)
+        self._say(Group(self.answer(self.result), Text("enter or esc: close", style="dim")))
         self.query_one("#keys", Static).display = False
         self.set_focus(None)
 
@@ -254,7 +256,10 @@ class GuardedDialog(ModalScreen[object | None]):
             text.append(" You may try again; the call's history shows every action that reached the database.")
         self._say(text)
 
-    def _say(self, text: Text) -> None:
+    def other_worker_changed(self, event: Worker.StateChanged) -> None:
+        """A subclass's own thread workers (a bulk dialog reading its calls)."""
+
+    def _say(self, text: RenderableType) -> None:
         self.query_one("#outcome", Static).update(text)
 
     def action_leave(self) -> None:
@@ -310,11 +315,7 @@ class MarkTerminal(CallAction):
 
     @staticmethod
     def choices(state: str) -> list[str]:
-        if state == "outcome_unknown":
-            return ["succeeded", "failed"]
-        if state == "queued":
-            return ["failed", "cancelled"]
-        return ["failed", "succeeded", "cancelled"]
+        return list(actions.allowed_terminal_states(state))
 
     def what_changes(self, job: JobSummary) -> Text:
         text = Text()

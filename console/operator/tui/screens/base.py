@@ -27,13 +27,14 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
+from console.db.actions import not_possible
 from console.db.connect import Conn
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.messages import DataArrived, DataFailed
 from console.operator.tui.state import ConsoleApp, why_no_actions
 from console.operator.tui.widgets.filterbar import FilterBar
 from console.shared.errors import BadInput, LeasectlError
-from console.shared.models import CANCELLABLE_STATES, TERMINAL_STATES, JobSummary
+from console.shared.models import JobSummary
 
 CALL_ACTION_BINDINGS: list[BindingType] = [
     Binding("c", "cancel_call", "Cancel", tooltip="Request a cancel of the selected call"),
@@ -202,6 +203,10 @@ class PollingScreen(Screen[None]):
         self.query_one(FilterBar).close()
         self.filter_value = parsed
         self.filter_changed()
+        self.filter_applied()
+
+    def filter_applied(self) -> None:
+        """(for a list) where the focus goes once a filter is applied"""
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -238,23 +243,10 @@ class PollingScreen(Screen[None]):
             return
         if not self.actions_allowed():
             return
-        problem = action_not_possible(action, job)
+        problem = not_possible(action, job)
         if problem:
-            self.app.notify(problem, title="Nothing to do", severity="warning")
+            self.app.notify(problem[0].upper() + problem[1:] + ".", title="Nothing to do", severity="warning")
             return
         from console.operator.tui.screens.action import ActionDialog
 
         self.app.push_screen(ActionDialog(action, job, seen_at=self.fetched_at), lambda _result: self.wake())
-
-
-def action_not_possible(action: str, job: JobSummary) -> str | None:
-    """Say so before opening a dialog whose guard could only refuse."""
-    if action == "cancel" and job.state not in CANCELLABLE_STATES:
-        if job.state == "cancel_requested":
-            return "A cancel is already requested; the worker has not confirmed it yet."
-        return f"A {job.state.replace('_', ' ')} call cannot be cancelled."
-    if action == "approve_retry" and job.state != "outcome_unknown":
-        return "Only a call whose outcome is unknown needs an approval to retry."
-    if action == "mark_terminal" and job.state in TERMINAL_STATES:
-        return f"This call is already {job.state}."
-    return None

@@ -4,6 +4,7 @@ one grammar (console.shared.filters), the active filter always shown."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import ClassVar
@@ -11,11 +12,13 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
+from textual.widgets import Static
 
+from console.db.bulk import BulkResult
 from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.calltable import CallTable
-from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
+from console.operator.tui.widgets.filterbar import FilterLine
 from console.operator.tui.widgets.livetable import LiveTable
 from console.shared.filters import JobFilter, parse_filter
 from console.shared.models import JobSummary
@@ -37,13 +40,19 @@ class CallListScreen(PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_call", "Open", tooltip="Everything about the selected call"),
         *CALL_ACTION_BINDINGS,
+        Binding("space", "toggle_mark", "Mark", tooltip="Mark or unmark the selected call (c t a then act on "
+                                                        "every marked call)"),
+        Binding("asterisk", "mark_all", "Mark all", tooltip="Mark every call the filter matches (all pages, "
+                                                            "up to 1,000)"),
+        Binding("u", "unmark_all", "Unmark", show=False, tooltip="Unmark every call"),
         Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
-        self.filter_value = JobFilter()
         self.moved_note: Text | None = None
+        self._where: JobFilter = JobFilter()
+        self._refiltered: bool = True
 
     @property
     def table(self) -> CallTable:
@@ -58,9 +67,58 @@ class CallListScreen(PollingScreen):
     def commands(self) -> Iterable[SystemCommand]:
         yield from call_commands(self, self.selected_job())
 
+    # ------------------------------------------------------------------ marks (bulk actions)
+    @property
+    def marked(self) -> set[str]:
+        return self.table.marked
+
+    def action_toggle_mark(self) -> None:
+        self.table.toggle_mark()
+        self.show_marks()
+
+    def action_unmark_all(self) -> None:
+        self.table.set_marks(set())
+        self.show_marks()
+
+    def action_mark_all(self) -> None:
+        """Every call the filter matches: the calls on screen here (Calls reads all its pages)."""
+        self.table.set_marks(set(self.table.row_keys))
+        self.show_marks()
+
+    def show_marks(self) -> None:
+        line = self.query_one("#marks", Static)
+        n = len(self.marked)
+        line.display = n > 0
+        if n:
+            text = Text()
+            text.append(f" ● {n} marked ", style="bold black on yellow")
+            text.append(f"  c t a act on all {n} (one dialog, the count typed to confirm) · space toggles · "
+                        "* marks all matching · u unmarks", style="bold")
+            line.update(text)
+
+    def _open_action(self, action: str) -> None:
+        if not self.marked:
+            super()._open_action(action)
+            return
+        if not self.actions_allowed():
+            return
+        from console.operator.tui.screens.bulk import BulkDialog
+
+        ids = [uuid.UUID(key) for key in sorted(self.marked)]
+        self.app.push_screen(BulkDialog(action, ids, seen_at=self.fetched_at), self._bulk_done)  # type: ignore[arg-type]
+
+    def _bulk_done(self, result: object) -> None:
+        if isinstance(result, BulkResult):
+            # only what was not applied stays marked: a second look is one key away
+            self.table.set_marks({str(o.job_id) for o in result.not_applied()})
+            self.show_marks()
+        self.wake()
+
     def sync_table(self, rows: list[JobSummary], now: datetime) -> None:
         left = self.table.sync(rows, now)
-        if left is not None:
+        refiltered = self._refiltered
+        self._refiltered = False
+        if left is not None and not refiltered:  # a new filter moves the cursor by itself: no news
             # the cursor moved to another call under the operator: say so, never silently
             now_on = self.table.selected
             self.moved_note = Text(f"call {left[:8]} left this list; the cursor is on "
@@ -82,8 +140,19 @@ class CallListScreen(PollingScreen):
 
     # ------------------------------------------------------------------ the filter
     @property
+    def filter_value(self) -> JobFilter:
+        return self._where
+
+    @filter_value.setter
+    def filter_value(self, value: JobFilter) -> None:
+        # a new filter moves the cursor by itself: that is no news to report
+        self._where = value
+        self._refiltered = True
+        self.moved_note = None
+
+    @property
     def where(self) -> JobFilter:
-        return self.filter_value
+        return self._where
 
     @where.setter
     def where(self, value: JobFilter) -> None:
@@ -92,10 +161,8 @@ class CallListScreen(PollingScreen):
     def parse_filter_text(self, text: str) -> JobFilter:
         return parse_filter(text)
 
-    def on_filter_bar_applied(self, message: FilterBar.Applied) -> None:
-        super().on_filter_bar_applied(message)
-        if not self.query_one(FilterBar).is_open:
-            self.table.focus()
+    def filter_applied(self) -> None:
+        self.table.focus()
 
     def show_filter_line(self, *, matched: int | None = None, total: int | None = None) -> None:
         self.query_one(FilterLine).show_filter(self.where.describe(), matched=matched, total=total,

@@ -7,12 +7,15 @@ from datetime import datetime
 from typing import ClassVar
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
 
-from console.db import reads
+from console.db import bulk, reads
 from console.db.connect import Conn
+from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.calllist import CallListScreen
 from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
@@ -52,7 +55,8 @@ class CallsScreen(CallListScreen):
         yield TopChrome()
         yield FilterBar(placeholder=grammar())
         yield FilterLine()
-        yield CallTable(COLUMNS, id="calls")
+        yield CallTable(COLUMNS, id="calls", markable=True)
+        yield Static(id="marks", classes="marks")
         yield Footer()
 
     def load(self, conn: Conn) -> tuple[list[JobSummary], datetime]:
@@ -78,6 +82,28 @@ class CallsScreen(CallListScreen):
         self.cursors = [None]
         self.show_filter_line()
         self.fetch()
+
+    # ------------------------------------------------------------------ marks
+    def action_mark_all(self) -> None:
+        """Every call the filter matches, on every page (up to the bulk limit), read off the UI thread."""
+        self._mark_matching()
+
+    @work(thread=True, exclusive=True, group="mark-all", exit_on_error=False)
+    def _mark_matching(self) -> list[JobSummary]:
+        return self.console.session.read(lambda conn: bulk.snapshot(conn, where=self.where))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # PollingScreen's handler runs too (Textual calls every class's handler): polls are its
+        if event.worker.group != "mark-all":
+            return
+        if event.state == WorkerState.SUCCESS:
+            matching: list[JobSummary] = event.worker.result or []
+            self.table.set_marks({str(c.id) for c in matching})
+            self.show_marks()
+            self.app.notify(f"Marked {len(matching)} calls matching {self.where.describe() or 'no filter'} "
+                            "(every page).", title="Marked")
+        elif event.state == WorkerState.ERROR:
+            self.app.notify(describe_failure(event.worker.error, "marking"), title="Not marked", severity="error")
 
     # ------------------------------------------------------------------ paging
     def action_next_page(self) -> None:

@@ -145,8 +145,8 @@ class DetailScreen(PollingScreen):
         return self.console.session.read(lambda conn: reads.payload_preview(conn, self.job_id))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # PollingScreen's handler runs too (Textual calls every class's handler): polls are its
         if event.worker.group != "payload":
-            super().on_worker_state_changed(event)
             return
         if event.state == WorkerState.SUCCESS:
             self.preview = event.worker.result

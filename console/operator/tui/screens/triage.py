@@ -45,9 +45,10 @@ class TriageScreen(CallListScreen):
         yield CountsStrip()
         yield FilterBar(placeholder=grammar())
         yield FilterLine()
-        yield CallTable(COLUMNS, id="attention")
+        yield CallTable(COLUMNS, id="attention", markable=True)
         yield Static(id="empty")
         yield Static(id="recent")
+        yield Static(id="marks", classes="marks")
         yield Footer()
 
     def load(self, conn: Conn) -> TriageSnapshot:

@@ -142,7 +142,7 @@ class LiveTable(ScrollView, can_focus=True):
                 self._forget(key)
         self.row_keys = keys
         self._index = {key: i for i, key in enumerate(keys)}
-        self.marked &= set(keys)
+        # marks outlive the rows on screen (a marked call on another page stays marked)
         self.virtual_size = Size(self._width, len(keys) + 1)
         if previous is not None and previous in self._index:
             self.cursor_row = self._index[previous]  # the cursor follows its row

@@ -1,0 +1,86 @@
+"""A bulk action in words: what it will touch (by side-effect class and state, what changes for
+each, what is skipped and why, the guard), and afterwards a line per call."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from console.db.bulk import BulkPlan, BulkResult, Outcome
+from console.operator.present.words import side_effect_words, state_label, state_style, t
+from console.shared.health import counted
+
+VERBS = {"cancel": "cancel", "mark_terminal": "mark terminal", "approve_retry": "approve a retry of"}
+
+
+def change_words(plan: BulkPlan, state: str) -> str:
+    """What the action does to a call in this state (as read)."""
+    if plan.action == "cancel":
+        return ("queued → cancelled (it never started)" if state == "queued"
+                else "running → cancel requested (NOT stopped until its worker confirms)")
+    if plan.action == "approve_retry":
+        return "outcome unknown → queued, one more attempt (a worker may run it again)"
+    fenced = " — the live lease's owner is fenced out (force)" if plan.force and state in (
+        "running", "cancel_requested") else ""
+    return f"{state_label(state)} → {plan.terminal_state}, for good{fenced}"
+
+
+def plan_table(plan: BulkPlan) -> Table:
+    table = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
+    for column in ("side effect", "state", "calls", "what will change"):
+        table.add_column(column, no_wrap=column != "what will change", justify="right" if column == "calls" else "left")
+    for side, state, n in plan.by_class_and_state():
+        words, style = side_effect_words(side)
+        table.add_row(Text(words, style), Text(state_label(state), state_style(state)), Text(str(n)),
+                      Text(change_words(plan, state)))
+    return table
+
+
+def plan_words(plan: BulkPlan, *, with_guard: bool = True) -> Group:
+    """Everything the operator must see before typing the count: the blast radius (and the guard,
+    unless the caller says it already)."""
+    head = Text()
+    head.append(f"{VERBS[plan.action].capitalize()} {counted(plan.count, 'call')}", style="bold")
+    if plan.action == "mark_terminal":
+        head.append(f" as {plan.terminal_state}" + (" (force)" if plan.force else ""), style="bold")
+    if plan.unverifiable and plan.action == "approve_retry":
+        head.append(f" — {plan.unverifiable} of them UNVERIFIABLE: a retry may repeat a payment nobody can check",
+                    style="bold magenta")
+    parts: list[Text | Table] = [head, plan_table(plan)]
+    if plan.skipped:
+        skipped = Text()
+        skipped.append(f"{counted(len(plan.skipped), 'call')} will be skipped: ", style="bold yellow")
+        skipped.append("; ".join(f"{n} — {why}" for why, n in plan.skipped_by_reason()))
+        parts.append(skipped)
+    if with_guard:
+        parts.append(Text("Guard: each call only if it is still in the state and under the fencing token read for "
+                          "it just now, in one snapshot; a call that changed is refused and journaled, never acted "
+                          "on blind. Every call is journaled under one batch id.", style="dim"))
+    return Group(*parts)
+
+
+def result_table(result: BulkResult, *, limit: int = 200) -> Table:
+    table = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  title=f"batch {result.batch_id}", title_justify="left")
+    for column in ("call", "outcome", "state now", "token", "why"):
+        table.add_column(column, no_wrap=column != "why", overflow="fold")
+    styles = {"applied": "bold green", "refused": "bold red", "failed": "bold yellow", "skipped": "yellow"}
+    for o in sorted(result.outcomes, key=lambda o: (o.outcome == "applied", str(o.job_id)))[:limit]:
+        table.add_row(Text(o.short_id, style="bold"), Text(o.outcome.upper(), styles[o.outcome]),
+                      Text(state_label(o.state), state_style(o.state)), Text(str(o.fencing_token)),
+                      t(o.why, max_chars=300))
+    return table
+
+
+def result_words(result: BulkResult) -> Text:
+    text = Text()
+    text.append(f"{result.count('applied')} applied", style="bold green")
+    others: tuple[tuple[Outcome, str], ...] = (("refused", "bold red"), ("failed", "bold yellow"),
+                                               ("skipped", "yellow"))
+    for outcome, style in others:
+        if result.count(outcome):
+            text.append(f", {result.count(outcome)} {outcome}", style=style)
+    text.append(f" — batch {result.batch_id} in the journal")
+    return text

@@ -1,0 +1,143 @@
+"""The bulk dialog (`c` `t` `a` on marked calls): one dialog for every marked call, a
+confirmation sized to what it touches.
+
+It reads the marked calls again, in one snapshot, and shows what the action will touch: counts by
+side-effect class and state, what changes for each, what will be skipped and why, the guard. The
+reason is required, and the count is typed to confirm (`approve N unverifiable` for retries of
+unverifiable side effects). The answer is a line per call; afterwards only the calls that were not
+applied stay marked on the list, so a second look is one key away. Everything else -- type-ahead,
+esc, the one failure handler -- is GuardedDialog's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual import work
+from textual.widget import Widget
+from textual.widgets import Checkbox, Input, Label, Select, Static
+from textual.worker import Worker, WorkerState
+
+from console.db import actions, bulk
+from console.db.connect import Conn
+from console.operator.present import bulk as words
+from console.operator.tui.failures import describe_failure
+from console.operator.tui.screens.action import GuardedDialog, SafeCheckbox
+from console.shared.health import counted
+from console.shared.models import Action, JobSummary
+
+TITLES = {"cancel": "Cancel", "mark_terminal": "Mark terminal", "approve_retry": "Approve retries of"}
+
+
+class BulkDialog(GuardedDialog):
+    def __init__(self, action: Action, ids: list[uuid.UUID], *, seen_at: float | None = None) -> None:
+        super().__init__(seen_at=seen_at)
+        self.action: Action = action
+        self.ids = ids
+        self.query_name = actions.QUERY[action]
+        self.calls: list[JobSummary] | None = None
+        self.plan: bulk.BulkPlan | None = None
+
+    # ------------------------------------------------------------------ the marked calls, read again
+    def on_mount(self) -> None:
+        # GuardedDialog's on_mount runs too (Textual calls every class's handler)
+        self._read_marked()
+
+    @work(thread=True, exclusive=True, group="bulk-snapshot", exit_on_error=False)
+    def _read_marked(self) -> list[JobSummary]:
+        return self.console.session.read(lambda conn: bulk.snapshot(conn, ids=self.ids))
+
+    def other_worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "bulk-snapshot":
+            return
+        if event.state == WorkerState.SUCCESS:
+            self.calls = event.worker.result
+            self._replan()
+        elif event.state == WorkerState.ERROR:
+            why = describe_failure(event.worker.error, "the bulk dialog")
+            self._say(Text(f"Could not read the marked calls — {why}", style="bold red"))
+
+    def _replan(self) -> None:
+        if self.calls is None:
+            return
+        terminal_state, force = None, False
+        if self.action == "mark_terminal":
+            chosen = self.query_one("#terminal", Select).value
+            terminal_state = None if chosen is Select.BLANK else str(chosen)
+            force = bool(self.query_one("#force", Checkbox).value)
+        self.plan = bulk.plan(self.action, self.calls, terminal_state=terminal_state, force=force)
+        self.query_one("#what-changes", Static).update(words.plan_words(self.plan, with_guard=False))
+        self.query_one("#confirm-label", Label).update(
+            f"To confirm, type {self.plan.confirmation()!r} (the number of calls that will be sent):")
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self._replan()
+
+    def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
+        self._replan()
+
+    # ------------------------------------------------------------------ the frame
+    def title_text(self) -> Text:
+        title = Text()
+        title.append(f"{TITLES[self.action]} {counted(len(self.ids), 'marked call')}", style="bold")
+        return title
+
+    def what_changes(self) -> Text:
+        return Text("Reading the marked calls again, in one snapshot…", style="dim")
+
+    def guard_words(self) -> Text:
+        text = Text()
+        text.append("Guard: ", style="bold")
+        text.append("each call only if it is still in the state and under the fencing token just read for it")
+        text.append(f"{self.seen_words()}; a call that changed is refused and journaled, never acted on blind. "
+                    "Every call is journaled under one batch id.")
+        return text
+
+    def extra_fields(self) -> Iterable[Widget]:
+        if self.action == "mark_terminal":
+            yield Label("Mark them as (what really happened, checked outside):")
+            yield Select([(s, s) for s in ("succeeded", "failed", "cancelled")], prompt="choose…", allow_blank=True,
+                         id="terminal")
+            yield SafeCheckbox("force: fence out the owners of live leases (their heartbeats and results will be "
+                               "rejected; space ticks it)", id="force")
+        yield Label("To confirm, type the number of calls that will be sent:", id="confirm-label")
+        yield Input(placeholder="the number of calls", id="confirm-count")
+
+    def last_field(self) -> str:
+        return "confirm-count"
+
+    def collect(self) -> dict[str, object] | None:
+        if self.plan is None:
+            self._say(Text("The marked calls are still being read.", style="bold yellow"))
+            return None
+        if self.action == "mark_terminal" and self.plan.terminal_state is None:
+            self._say(Text("Choose what really happened: the state is journaled as your finding.", style="bold red"))
+            self.query_one("#terminal", Select).focus()
+            return None
+        if not self.plan.send:
+            self._say(Text("Nothing to send: every marked call would be skipped (see why above).", style="bold red"))
+            return None
+        typed = self.query_one("#confirm-count", Input).value.strip()
+        if typed != self.plan.confirmation():
+            self._say(Text(f"Type {self.plan.confirmation()!r} to confirm.", style="bold red"))
+            self.query_one("#confirm-count", Input).focus()
+            return None
+        return {}
+
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> bulk.BulkResult:
+        assert self.plan is not None
+        return bulk.apply(conn, self.plan, operator=operator, reason=reason)
+
+    def answer(self, result: object) -> RenderableType:
+        assert isinstance(result, bulk.BulkResult)
+        head = Text()
+        head.append("DONE — " if result.all_applied else "NOT ALL APPLIED — ",
+                    style="bold green" if result.all_applied else "bold red")
+        head.append_text(words.result_words(result))
+        if not result.all_applied:
+            head.append("\nThe calls not applied stay marked on the list.", style="bold yellow")
+        return Group(head, words.result_table(result, limit=10))
