@@ -289,3 +289,17 @@ def test_hostile_text_never_reaches_the_terminal_raw(cli):
     as_json = invoke("show", str(e["id"]), "--json")
     _no_terminal_controls(as_json.output)
     assert json.loads(as_json.output)["owner_id"] == HOSTILE_OWNER, "JSON keeps the exact value, escaped"
+
+
+def test_a_finished_call_has_no_lease_health_or_heartbeat_age_in_json(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    from tests.helpers import complete
+
+    c = claim(conn, "w-1")
+    complete(conn, c, "w-1")
+    row = json.loads(invoke("jobs", "--json").output)[0]
+    assert row["id"] == str(e["id"]) and row["state"] == "succeeded"
+    assert row["health"] is None and row["heartbeat_age_seconds"] is None and row["lease_left_seconds"] is None
+    human = invoke("show", str(e["id"]))
+    assert "healthy" not in human.output, "a finished call holds no lease: no lease health"

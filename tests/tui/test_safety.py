@@ -347,3 +347,24 @@ async def test_the_palette_has_every_action_and_none_of_textuals(db):
         assert "Drain the subtree of planner-1" in titles and "Abort the subtree of planner-1" in titles
         assert "Keys" not in titles and "Maximize" not in titles
         assert {"Triage", "Calls", "Approvals", "Fleet", "Reconciliations", "Help", "Refresh"} <= set(titles)
+
+
+async def test_the_cursor_never_moves_to_another_call_silently(db):
+    with db.connect() as conn:
+        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
+        made = []
+        for n in range(2):
+            made.append(enqueue(conn, "pay", f"pay:{n}"))
+            c = claim(conn, f"w-{n}")
+            start_side_effect(conn, c, f"w-{n}")
+            report_unknown(conn, c, f"w-{n}")
+    app = make_app(db.dsn, poll=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, lambda: str(made[1]["id"])[:8] in drawn(app))
+        selected = app.screen.selected_job()
+        with db.connect() as conn:  # the selected call is settled elsewhere: it leaves triage
+            from tests.helpers import mark_terminal
+
+            mark_terminal(conn, selected.id, "outcome_unknown", 1, "failed", operator="erin")
+        await settle(pilot, lambda: "left this list" in drawn(app), timeout=10)
+        assert f"call {selected.short_id} left this list" in drawn(app)
