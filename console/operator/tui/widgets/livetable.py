@@ -84,6 +84,8 @@ class LiveTable(ScrollView, can_focus=True):
     cursor_row: reactive[int] = reactive(0)
 
     class RowHighlighted(Message):
+        """The cursor is on a row (key None: the table is empty)."""
+
         def __init__(self, table: LiveTable, key: str | None) -> None:
             super().__init__()
             self.table = table
@@ -93,15 +95,10 @@ class LiveTable(ScrollView, can_focus=True):
         def control(self) -> LiveTable:
             return self.table
 
-    class RowSelected(Message):
-        def __init__(self, table: LiveTable, key: str) -> None:
-            super().__init__()
-            self.table = table
-            self.key = key
+    class RowSelected(RowHighlighted):
+        """A row was opened: enter, or a second click on it."""
 
-        @property
-        def control(self) -> LiveTable:
-            return self.table
+        key: str
 
     def __init__(self, columns: Sequence[Column | tuple[str, str, int]], *, id: str | None = None,
                  markable: bool = False) -> None:
