@@ -84,9 +84,10 @@ def _shutdown(mode: ShutdownMode, agent: str, reason: str, window: float, operat
 @friendly
 def drain(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 300.0,
           operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
-    """Drain a subtree: new calls refused, queued ones cancelled, running ones get the window to
-    finish; then what still runs is aborted, and the supervisor writes the reconciliation record.
-    Without --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
+    """Drain a subtree: no new calls, queued ones cancelled, running ones get the window to finish.
+
+    Then what still runs is aborted, and the supervisor writes the reconciliation record. Without
+    --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
     _shutdown("drain", agent, reason, window, operator, yes, dsn)
 
 
@@ -94,9 +95,10 @@ def drain(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 300
 @friendly
 def abort(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 60.0,
           operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
-    """Abort a subtree: running calls get cancel requested; what is unconfirmed at the end of the
-    window is fenced (an unverifiable side effect -> outcome unknown), then reconciled.
-    Without --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
+    """Abort a subtree: running calls get cancel requested, the unconfirmed are fenced at the end.
+
+    An unverifiable side effect goes to outcome unknown; then the subtree is reconciled. Without
+    --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
     _shutdown("abort", agent, reason, window, operator, yes, dsn)
 
 
@@ -107,8 +109,7 @@ def reconciliations(
     as_json: JsonOption = False,
     dsn: DsnOption = None,
 ) -> None:
-    """Reconciliation records, newest first: unaccounted children, in-flight calls and how each
-    resolved, grants revoked vs. expired."""
+    """Reconciliation records, newest first: unaccounted children first, then calls and grants."""
     with connect_for_reading(dsn) as conn:
         records = reads.reconciliations(conn, limit=limit)
     if as_json:
@@ -133,8 +134,9 @@ def supervise(
                                                       "records (default supervisor@host:pid)")] = None,
     dsn: DsnOption = None,
 ) -> None:
-    """Run the control plane: carry out drains and aborts, write reconciliation records, sweep
-    expired leases. Safe to run several at once and to kill at any moment."""
+    """Run the control plane: drains, aborts, reconciliation records, the expired-lease sweep.
+
+    Safe to run several at once and to kill at any moment."""
     refuse_if_read_only("supervise")
 
     def show(report: TickReport) -> None:
