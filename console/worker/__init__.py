@@ -17,6 +17,7 @@ from console.worker.runner import (
     LeaseLost,
     Outcome,
     OwnershipUnknown,
+    RenewalStats,
     ToolFailed,
     ToolNoAnswer,
     Worker,
@@ -24,5 +25,5 @@ from console.worker.runner import (
 
 __all__ = [
     "CallContext", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat", "LeaseLost",
-    "Outcome", "OwnershipUnknown", "ToolFailed", "ToolNoAnswer", "Worker",
+    "Outcome", "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
 ]

@@ -1,17 +1,30 @@
-"""Benchmark: the lease protocol's throughput, side by side with peers and the machine's ceiling.
+"""Benchmark: the lease protocol's throughput, against its own bare shape, its peers and the
+machine's ceiling.
 
-    python -m tests.bench.protocol [--dsn DSN] [--calls 4000] [--workers 1,2,4,8]
+    python -m tests.bench.protocol [--dsn DSN] [--calls 4000] [--workers 1,2,4,8] [--repeat 3]
+                                   [--no-peers] [--ceiling-seconds 5]
 
-For each worker count, on the same server, each on a fresh database:
-  C           pgbench: single-row UPDATE commits/s with that many clients (the machine's ceiling;
-              a leasectl call costs two commits, claim and complete, so C/2 is the bound)
-  leasectl    the reference worker (console.worker) in N processes: claim.sql, heartbeat thread,
-              complete.sql, no-op tool
-  pgqueuer    N processes, psycopg async driver, drain mode, batch size 10 (its default)
+For each worker count, on the same server, each run on a fresh database:
+  C           pgbench: single-row UPDATE commits/s with that many clients (the machine's ceiling)
+  bare        the seed's bare shape (seed 000): its table with no triggers, no history, no NOTIFY,
+              no row level security, the seed's claim CTE (SKIP LOCKED) and its fenced complete,
+              fused into one statement per call as the reference worker fuses them (one commit per
+              call), a psycopg loop with tuple rows and no heartbeat thread; N processes
+  leasectl    the reference worker (console.worker.Worker, concurrency 1) in N processes: the
+              fused complete_and_claim.sql, its heartbeat thread and connection, history by
+              trigger, the state machine, the kind guard, RLS-ready statements; no-op tool
+  ratio       leasectl / bare: THE figure (same server, same run, alternated --repeat times;
+              medians, and the lowest round)
+  pgqueuer    psycopg: N processes, one QueueManager each on a psycopg AsyncConnection, drain
+              mode, batch size 10 (its default); asyncpg: its own benchmark's settings
+              (tools/benchmark.py: the asyncpg driver, 5 dequeue tasks of batch size 10 in each
+              process, uvloop), N processes
   procrastinate  N processes, psycopg connector, concurrency 1, no LISTEN/NOTIFY, wait=False
-Then: heartbeats/s for 1,000 running calls and the HOT share of those updates.
+Then: renewals/s over 1,000 running calls, one heartbeat.sql per call against heartbeat_many.sql
+batches, and the HOT share of those updates.
 
-CPU-s/1k is machine-wide busy CPU (workers + server) per 1,000 calls, from /proc/stat.
+CPU-s/1k is machine-wide busy CPU (workers + server) per 1,000 calls, from /proc/stat; busy is
+that CPU over wall time x CPUs (a cell far below 100 % is waiting, not working).
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,16 +71,20 @@ class Result:
     def cpu_per_1k(self) -> float:
         return self.cpu / self.calls * 1000
 
+    @property
+    def busy(self) -> float:
+        return self.cpu / (self.wall * (os.cpu_count() or 1))
+
 
 # ------------------------------------------------------------------ process plumbing
 
 
-def _run_processes(target: Callable, dsn: str, workers: int, calls: int) -> tuple[float, float]:
+def _run_processes(target: Callable, args: tuple, workers: int) -> tuple[float, float]:
     """Start `workers` processes, let them finish importing, then release them together."""
     ctx = mp.get_context("spawn")
     go = ctx.Event()
     ready = ctx.Barrier(workers + 1)
-    procs = [ctx.Process(target=target, args=(dsn, i, go, ready, calls)) for i in range(workers)]
+    procs = [ctx.Process(target=target, args=(*args, i, go, ready)) for i in range(workers)]
     for p in procs:
         p.start()
     ready.wait(timeout=120)
@@ -78,17 +97,66 @@ def _run_processes(target: Callable, dsn: str, workers: int, calls: int) -> tupl
     return meter.stop()
 
 
+# ------------------------------------------------------------------ bare seed shape
+
+
+def _bare_worker(dsn: str, fused: bool, index: int, go, ready) -> None:
+    import psycopg
+
+    claim = sql.load("bench/bare_claim")
+    complete = sql.load("bench/bare_complete_and_claim" if fused else "bench/bare_complete")
+    worker_id = f"bare-{index}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ready.wait()
+        go.wait()
+        row = conn.execute(claim.text, claim.bind({"worker_id": worker_id})).fetchone()
+        while row is not None and row[0] is not None:
+            job_id, _payload, token, _lease = row
+            result = None  # the no-op tool
+            answer = conn.execute(complete.text, complete.bind({
+                "job_id": job_id, "worker_id": worker_id, "fencing_token": token,
+                "result": Jsonb(result)})).fetchone()
+            assert answer is not None and answer[0], "the bare completion was rejected"
+            row = answer[1:] if fused else conn.execute(claim.text, claim.bind({"worker_id": worker_id})).fetchone()
+
+
+def bench_bare(server: BenchServer, workers: int, calls: int, *, fused: bool = False) -> Result:
+    """The seed's bare shape: claim, then the fenced complete, each its own transaction as the
+    seed writes them (two commits per call); `fused`: the two in one statement (one commit)."""
+    dsn = server.fresh_database("bench_bare")
+    try:
+        with connect(dsn) as conn:
+            run(conn, "bench/bare_schema")
+            run(conn, "bench/bare_enqueue", count=calls)
+            run(conn, "meta/bench_vacuum")
+        wall, cpu = _run_processes(_bare_worker, (dsn, fused), workers)
+        with connect(dsn) as conn:
+            done = run_one(conn, "bench/bare_done")
+            assert done is not None and done["n"] == calls, f"bare finished {done} of {calls}"
+        return Result("bare-fused" if fused else "bare", workers, calls, wall, cpu)
+    finally:
+        server.drop_database(dsn)
+
+
 # ------------------------------------------------------------------ leasectl
 
 
-def _leasectl_worker(dsn: str, index: int, go, ready, calls: int) -> None:
+def _leasectl_worker(dsn: str, index: int, go, ready) -> None:
     from console.worker import Worker
 
     worker = Worker(dsn, f"bench-{index}", lambda ctx: None, poll_interval=0.01)
-    worker._main_conn()
+    worker.connect()
     ready.wait()
     go.wait()
     worker.run(threading.Event(), drain=True)
+
+
+def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object] = lambda i: {}) -> None:
+    enqueue = sql.load("worker/enqueue")
+    with conn.cursor() as cur:
+        cur.executemany(enqueue.text, [enqueue.bind(dict(
+            tool="noop", idempotency_key=f"{prefix}-{i}", payload=Jsonb(payload(i)), agent_id=None,
+            session_id=None, deadline_at=None, model=None, provider=None)) for i in range(calls)])
 
 
 def bench_leasectl(server: BenchServer, workers: int, calls: int) -> Result:
@@ -96,16 +164,14 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int) -> Result:
     try:
         with connect(dsn) as conn:
             run(conn, "admin/register_tool", **NOOP_TOOL)
-            enqueue = sql.load("worker/enqueue")
-            with conn.cursor() as cur:
-                cur.executemany(enqueue.text, [enqueue.bind(dict(
-                    tool="noop", idempotency_key=f"bench-{i}", payload=Jsonb({}), agent_id=None,
-                    session_id=None, deadline_at=None, model=None, provider=None)) for i in range(calls)])
-            conn.execute("vacuum analyze tool_jobs")
-        wall, cpu = _run_processes(_leasectl_worker, dsn, workers, calls)
+            _enqueue_noop(conn, calls, "bench")
+            run(conn, "meta/bench_vacuum")
+        wall, cpu = _run_processes(_leasectl_worker, (dsn,), workers)
         with connect(dsn) as conn:
-            done = conn.execute("select count(*) as n from tool_jobs where state = 'succeeded'").fetchone()
+            done = run_one(conn, "bench/leasectl_done")
             assert done is not None and done["n"] == calls, f"leasectl finished {done} of {calls}"
+            # enqueued + claimed + succeeded: the history is written, not skipped
+            assert done["events"] >= 3 * calls, f"history has {done['events']} rows for {calls} calls"
         return Result("leasectl", workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
@@ -114,28 +180,55 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int) -> Result:
 # ------------------------------------------------------------------ pgqueuer
 
 
-def _pgqueuer_worker(dsn: str, index: int, go, ready, calls: int) -> None:
-    import psycopg
-    from pgqueuer import PsycopgDriver, Queries, QueueManager
+def _asyncpg_params(dsn: str) -> dict:
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(dsn)
+    return {k: v for k, v in {"host": params.get("host"), "port": int(params["port"]) if params.get("port") else None,
+                              "user": params.get("user"), "password": params.get("password"),
+                              "database": params.get("dbname")}.items() if v is not None}
+
+
+def _pgqueuer_worker(dsn: str, driver: str, consumers: int, batch_size: int, index: int, go, ready) -> None:
+    from pgqueuer import AsyncpgDriver, PsycopgDriver, Queries, QueueManager
     from pgqueuer.domain.types import QueueExecutionMode
 
-    async def main() -> None:
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        qm = QueueManager(Queries(PsycopgDriver(conn)))
+    async def consumer() -> None:
+        if driver == "asyncpg":
+            import asyncpg
+
+            conn = await asyncpg.connect(**_asyncpg_params(dsn))
+            qm = QueueManager(Queries(AsyncpgDriver(conn)))
+        else:
+            import psycopg
+
+            conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            qm = QueueManager(Queries(PsycopgDriver(conn)))
 
         @qm.entrypoint("noop")
         async def noop(job) -> None:
             return None
 
-        await asyncio.get_running_loop().run_in_executor(None, ready.wait)
         await asyncio.get_running_loop().run_in_executor(None, go.wait)
-        await qm.run(mode=QueueExecutionMode.drain, batch_size=10, dequeue_timeout=timedelta(seconds=1))
+        await qm.run(mode=QueueExecutionMode.drain, batch_size=batch_size, dequeue_timeout=timedelta(seconds=1))
         await conn.close()
 
-    asyncio.run(main())
+    async def main() -> None:
+        tasks = [asyncio.ensure_future(consumer()) for _ in range(consumers)]
+        await asyncio.sleep(0.5)  # connected and listening before the barrier
+        await asyncio.get_running_loop().run_in_executor(None, ready.wait)
+        await asyncio.gather(*tasks)
+
+    if driver == "asyncpg":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
 
 
-def bench_pgqueuer(server: BenchServer, workers: int, calls: int) -> Result:
+def bench_pgqueuer(server: BenchServer, workers: int, calls: int, *, driver: str, consumers: int,
+                   batch_size: int = 10) -> Result:
     import psycopg
     from pgqueuer import PsycopgDriver, Queries
 
@@ -149,11 +242,11 @@ def bench_pgqueuer(server: BenchServer, workers: int, calls: int) -> Result:
             await conn.close()
 
         asyncio.run(setup())
-        wall, cpu = _run_processes(_pgqueuer_worker, dsn, workers, calls)
-        with psycopg.connect(dsn) as conn:
-            left = conn.execute("select count(*) from pgqueuer").fetchone()[0]  # type: ignore[index]
-            assert left == 0, f"pgqueuer left {left} jobs"
-        return Result("pgqueuer", workers, calls, wall, cpu)
+        wall, cpu = _run_processes(_pgqueuer_worker, (dsn, driver, consumers, batch_size), workers)
+        with connect(dsn) as conn:
+            left = run_one(conn, "bench/pgqueuer_left")
+            assert left is not None and left["n"] == 0, f"pgqueuer left {left} jobs"
+        return Result(f"pgqueuer-{driver}", workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
 
@@ -173,7 +266,7 @@ def _procrastinate_app(dsn: str):
     return app, noop
 
 
-def _procrastinate_worker(dsn: str, index: int, go, ready, calls: int) -> None:
+def _procrastinate_worker(dsn: str, index: int, go, ready) -> None:
     app, _ = _procrastinate_app(dsn)
 
     async def main() -> None:
@@ -187,8 +280,6 @@ def _procrastinate_worker(dsn: str, index: int, go, ready, calls: int) -> None:
 
 
 def bench_procrastinate(server: BenchServer, workers: int, calls: int) -> Result:
-    import psycopg
-
     dsn = server.fresh_database("bench_procrastinate")
     try:
         app, noop = _procrastinate_app(dsn)
@@ -200,11 +291,10 @@ def bench_procrastinate(server: BenchServer, workers: int, calls: int) -> Result
                     await noop.batch_defer_async(*[{} for _ in range(min(1000, calls - start))])
 
         asyncio.run(setup())
-        wall, cpu = _run_processes(_procrastinate_worker, dsn, workers, calls)
-        with psycopg.connect(dsn) as conn:
-            done = conn.execute("select count(*) from procrastinate_jobs where status = 'succeeded'"
-                                ).fetchone()[0]  # type: ignore[index]
-            assert done == calls, f"procrastinate finished {done} of {calls}"
+        wall, cpu = _run_processes(_procrastinate_worker, (dsn,), workers)
+        with connect(dsn) as conn:
+            done = run_one(conn, "bench/procrastinate_done")
+            assert done is not None and done["n"] == calls, f"procrastinate finished {done} of {calls}"
         return Result("procrastinate", workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
@@ -235,28 +325,34 @@ def bench_ceiling(server: BenchServer, clients: int, seconds: float) -> float:
 # ------------------------------------------------------------------ heartbeats
 
 
-def bench_heartbeats(server: BenchServer, running: int, connections: int, seconds: float) -> tuple[float, float]:
-    """heartbeats/s over `running` claimed calls, and the share of HOT updates among them."""
+def bench_heartbeats(server: BenchServer, running: int, connections: int, seconds: float,
+                     *, batched: bool) -> tuple[float, float]:
+    """Renewals/s over `running` claimed calls (one heartbeat.sql per call, or heartbeat_many.sql
+    over each connection's share at once), and the share of HOT updates among them."""
     dsn = server.leasectl_database()
     try:
         with connect(dsn) as conn:
             run(conn, "admin/register_tool", **{**NOOP_TOOL, "lease_seconds": 600})
-            enqueue = sql.load("worker/enqueue")
-            with conn.cursor() as cur:
-                cur.executemany(enqueue.text, [enqueue.bind(dict(
-                    tool="noop", idempotency_key=f"hb-{i}", payload=Jsonb({"i": i}), agent_id=None,
-                    session_id=None, deadline_at=None, model=None, provider=None)) for i in range(running)])
+            _enqueue_noop(conn, running, "hb", lambda i: {"i": i})
             claims = [run_one(conn, "worker/claim", worker_id=f"w{i % connections}", tools=None)
                       for i in range(running)]
-            conn.execute("vacuum analyze tool_jobs")
+            run(conn, "meta/bench_vacuum")
             before = run_one(conn, "meta/bench_hot_stats")
         stop = threading.Event()
         counts = [0] * connections
 
         def beat(k: int) -> None:
             mine = [c for i, c in enumerate(claims) if i % connections == k]
+            ids = [c["id"] for c in mine]
+            tokens = [c["fencing_token"] for c in mine]
             with connect(dsn) as c:
                 while not stop.is_set():
+                    if batched:
+                        rows = run(c, "worker/heartbeat_many", job_ids=ids, worker_id=f"w{k}",
+                                   fencing_tokens=tokens)
+                        assert len(rows) == len(ids)
+                        counts[k] += len(rows)
+                        continue
                     for call in mine:
                         row = run_one(c, "worker/heartbeat", job_id=call["id"], worker_id=f"w{k}",
                                       fencing_token=call["fencing_token"])
@@ -289,41 +385,90 @@ def bench_heartbeats(server: BenchServer, running: int, connections: int, second
 # ------------------------------------------------------------------ report
 
 
+def _load() -> str:
+    return "load average " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _median_rate(results: list[Result]) -> float:
+    return statistics.median(r.rate for r in results)
+
+
+def _alternated(server: BenchServer, workers: int, calls: int, repeat: int) -> dict[str, list[Result]]:
+    """bare, bare fused and leasectl, `repeat` rounds, each round in a rotated order."""
+    systems: list[tuple[str, Callable[[], Result]]] = [
+        ("bare", lambda: bench_bare(server, workers, calls)),
+        ("bare-fused", lambda: bench_bare(server, workers, calls, fused=True)),
+        ("leasectl", lambda: bench_leasectl(server, workers, calls)),
+    ]
+    results: dict[str, list[Result]] = {name: [] for name, _ in systems}
+    for r in range(repeat):
+        for name, fn in systems[r % 3:] + systems[:r % 3]:
+            results[name].append(fn())
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", help="measure on this server (default: a fresh embedded PostgreSQL)")
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--workers", default="1,2,4,8")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of bare, bare fused and leasectl per worker count, alternated (default 3)")
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument("--ceiling-seconds", type=float, default=5)
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
     with bench_server(args.dsn) as server:
         print("leasectl protocol benchmark")
-        print(f"  machine:  {machine_facts()}")
+        print(f"  machine:  {machine_facts()}; {_load()} at start")
         print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
               + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
-        print(f"  workload: {args.calls} no-op calls per run, each claimed and completed; worker processes")
+        print(f"  workload: {args.calls} no-op calls per run, each claimed and completed durably; one worker "
+              f"process per worker; a fresh database per run")
+        print("  bare:     the seed's claim and fenced complete, each its own transaction (2 commits per call);")
+        print("  bare-1c:  the same two fused in one statement (1 commit per call, as leasectl fuses them);")
+        print("  leasectl: the reference worker (concurrency 1): complete_and_claim.sql (1 commit per call),")
+        print("            history by trigger, state machine, kind guard, heartbeat thread and connection")
+        print(f"  {args.repeat} rounds per worker count, the three alternated; medians; ratio = leasectl / bare "
+              f"(the figure; lowest round in brackets), and leasectl / bare-1c")
+        if not args.no_peers:
+            print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
+                  "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
+            print("  procrastinate: psycopg connector, concurrency 1, no LISTEN/NOTIFY; busy = machine CPU share")
         print()
-        header = (f"{'workers':>7}  {'C commits/s':>11}  {'C/2':>6}  {'leasectl/s':>10}  {'CPU-s/1k':>8}  "
-                  f"{'pgqueuer/s':>10}  {'CPU-s/1k':>8}  {'procrastinate/s':>16}  {'CPU-s/1k':>8}")
+        header = (f"{'workers':>7}  {'C':>6}  {'bare/s':>7}  {'bare-1c/s':>9}  {'leasectl/s':>10}  "
+                  f"{'ratio':>11}  {'vs 1c':>5}  {'CPU-s/1k':>8}  {'bare':>5}  {'1c':>5}")
+        if not args.no_peers:
+            header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
+                       f"{'busy':>4}")
         print(header)
         print("-" * len(header))
         for w in counts:
             ceiling = bench_ceiling(server, w, args.ceiling_seconds)
-            ours = bench_leasectl(server, w, args.calls)
-            cells = [f"{w:>7}", f"{ceiling:>11.0f}", f"{ceiling / 2:>6.0f}",
-                     f"{ours.rate:>10.0f}", f"{ours.cpu_per_1k:>8.2f}"]
+            res = _alternated(server, w, args.calls, args.repeat)
+            bare, fused, ours = res["bare"], res["bare-fused"], res["leasectl"]
+            ratios = [o.rate / b.rate for o, b in zip(ours, bare, strict=True)]
+            cells = [f"{w:>7}", f"{ceiling:>6.0f}", f"{_median_rate(bare):>7.0f}", f"{_median_rate(fused):>9.0f}",
+                     f"{_median_rate(ours):>10.0f}",
+                     f"{_median_rate(ours) / _median_rate(bare):>4.2f} ({min(ratios):.2f})",
+                     f"{_median_rate(ours) / _median_rate(fused):>5.2f}",
+                     f"{statistics.median(r.cpu_per_1k for r in ours):>8.2f}",
+                     f"{statistics.median(r.cpu_per_1k for r in bare):>5.2f}",
+                     f"{statistics.median(r.cpu_per_1k for r in fused):>5.2f}"]
             if not args.no_peers:
-                pgq = bench_pgqueuer(server, w, args.calls)
+                psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
+                apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)
                 pro = bench_procrastinate(server, w, args.calls)
-                cells += [f"{pgq.rate:>10.0f}", f"{pgq.cpu_per_1k:>8.2f}",
-                          f"{pro.rate:>16.0f}", f"{pro.cpu_per_1k:>8.2f}"]
+                cells += [f"{psy.rate:>9.0f}", f"{psy.busy:>4.0%}", f"{apg.rate:>9.0f}", f"{apg.busy:>4.0%}",
+                          f"{pro.rate:>8.0f}", f"{pro.busy:>4.0%}"]
             print("  ".join(cells), flush=True)
         print()
-        rate, hot = bench_heartbeats(server, running=1000, connections=4, seconds=5)
-        print(f"heartbeats: {rate:,.0f}/s over 1,000 running calls (4 connections, 5 s); "
-              f"HOT updates: {hot:.1%}")
+        for batched in (False, True):
+            rate, hot = bench_heartbeats(server, running=1000, connections=4, seconds=5, batched=batched)
+            how = "heartbeat_many.sql, 250 leases per statement" if batched else "heartbeat.sql, one per lease"
+            print(f"renewals: {rate:>7,.0f}/s over 1,000 running calls (4 connections, 5 s, {how}); "
+                  f"HOT updates: {hot:.1%}")
+        print(f"  ({_load()} at the end)")
     return 0
 
 

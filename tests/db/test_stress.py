@@ -1,5 +1,7 @@
 """8 worker processes x 2,000 calls, killed (SIGKILL) at random and restarted, sometimes under
-the same worker name. Afterwards, from the workers' own journals and the database's history:
+the same worker name; once with one call at a time per process, once with several (concurrency 4:
+each kill interrupts up to four calls, and their leases are renewed by one statement per beat).
+Afterwards, from the workers' own journals and the database's history:
 
 * nothing acknowledged is lost: every call succeeded, and every completion a worker was told
   about is the one the database kept (same token, same result);
@@ -30,9 +32,9 @@ WORKERS = int(os.environ.get("LEASECTL_STRESS_WORKERS", "8"))
 CALLS_PER_WORKER = int(os.environ.get("LEASECTL_STRESS_CALLS", "2000"))
 
 
-def spawn(dsn: str, worker_id: str, journal: str) -> subprocess.Popen:
+def spawn(dsn: str, worker_id: str, journal: str, concurrency: int = 1) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tests.procs.stress_worker", "--dsn", dsn,
-                             "--worker-id", worker_id, "--journal", journal],
+                             "--worker-id", worker_id, "--journal", journal, "--concurrency", str(concurrency)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -50,7 +52,8 @@ def read_journals(directory) -> list[tuple[str, str, int, datetime | None, str]]
 
 
 @pytest.mark.slow
-def test_random_kills_never_give_two_owners_and_lose_nothing(db, tmp_path):
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_random_kills_never_give_two_owners_and_lose_nothing(db, tmp_path, concurrency):
     total = WORKERS * CALLS_PER_WORKER
     journals = tmp_path / "journals"
     journals.mkdir()
@@ -74,7 +77,7 @@ def test_random_kills_never_give_two_owners_and_lose_nothing(db, tmp_path):
         generation = 0
         for slot in range(WORKERS):
             name = f"w{slot}"
-            procs[slot] = (name, spawn(db.dsn, name, str(journals / f"{name}-g0")))
+            procs[slot] = (name, spawn(db.dsn, name, str(journals / f"{name}-g0"), concurrency))
         kills = 0
         deadline = time.monotonic() + 600
         try:
@@ -94,7 +97,8 @@ def test_random_kills_never_give_two_owners_and_lose_nothing(db, tmp_path):
                 # half the time the restarted worker reuses its logical name: only the token tells
                 # the old incarnation from the new one
                 new_name = name if rng.random() < 0.5 else f"w{slot}r{generation}"
-                procs[slot] = (new_name, spawn(db.dsn, new_name, str(journals / f"{new_name}-g{generation}")))
+                procs[slot] = (new_name, spawn(db.dsn, new_name, str(journals / f"{new_name}-g{generation}"),
+                                               concurrency))
         finally:
             for _name, proc in procs.values():
                 proc.send_signal(signal.SIGKILL)
@@ -137,6 +141,6 @@ def test_random_kills_never_give_two_owners_and_lose_nothing(db, tmp_path):
         final = finals[job_id]
         assert final["fencing_token"] == token and final["result"]["token"] == token
     reclaimed = sum(1 for evs in grants.values() if len(evs) > 1)
-    print(f"\n{total} calls, {kills} kills, {reclaimed} calls reclaimed after a kill, "
+    print(f"\nconcurrency {concurrency}: {total} calls, {kills} kills, {reclaimed} calls reclaimed after a kill, "
           f"{len(completes)} completions acknowledged in journals")
     assert reclaimed > 0, "the kills must actually have interrupted calls"

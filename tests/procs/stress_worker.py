@@ -20,21 +20,26 @@ def main() -> int:
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--journal", required=True)
+    parser.add_argument("--concurrency", type=int, default=1, help="calls in flight at once (threads)")
     args = parser.parse_args()
     journal = open(args.journal, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     lock = threading.Lock()
     rng = random.Random(os.getpid())
+    rng_lock = threading.Lock()
 
     def observe(kind, job_id, token, db_time):
         with lock:
             journal.write(f"{kind} {job_id} {token} {db_time.isoformat() if db_time else '-'}\n")
 
     def handler(ctx):
-        if rng.random() < 0.05:
-            ctx.sleep(rng.uniform(0.2, 0.5))  # a few long ones, so kills land mid-call
+        with rng_lock:  # handlers run on several threads at once with --concurrency
+            pause = rng.uniform(0.2, 0.5) if rng.random() < 0.05 else 0.0
+        if pause:
+            ctx.sleep(pause)  # a few long ones, so kills land mid-call
         return {"by": ctx.worker_id, "token": ctx.fencing_token}
 
-    Worker(args.dsn, args.worker_id, handler, poll_interval=0.02, observer=observe).run(threading.Event())
+    Worker(args.dsn, args.worker_id, handler, poll_interval=0.02, observer=observe,
+           concurrency=args.concurrency).run(threading.Event())
     return 0
 
 

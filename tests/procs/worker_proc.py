@@ -1,6 +1,6 @@
 """A reference worker in its own OS process, for tests that freeze (SIGSTOP) or kill it.
 
-    python -m tests.procs.worker_proc --dsn DSN --worker-id W1 --receiver URL [--max-calls N]
+    python -m tests.procs.worker_proc --dsn DSN --worker-id W1 --receiver URL [--max-calls N] [--concurrency N]
 
 The handler is a fenced tool: it records its side effect before calling out, passes the fencing
 token and idempotency key to the receiver, then does `work_seconds` of uncooperative work (a
@@ -55,11 +55,12 @@ def main() -> int:
     parser.add_argument("--tools", nargs="*")
     parser.add_argument("--max-calls", type=int)
     parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--concurrency", type=int, default=1, help="calls in flight at once (threads)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(message)s")
     worker = Worker(args.dsn, args.worker_id, make_handler(args.receiver), tools=args.tools,
-                    poll_interval=0.05)
+                    poll_interval=0.05, concurrency=args.concurrency)
     stop = threading.Event()
     timer = threading.Timer(args.seconds, stop.set)
     timer.start()

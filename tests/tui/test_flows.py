@@ -264,17 +264,28 @@ async def test_dead_database_banner_disables_actions_and_recovers(live):
 
 
 async def test_notify_wakes_the_screen_long_before_the_next_poll(live):
+    """A NOTABLE change (an operator's cancel of a running call) is announced at once (migration
+    0009: plain claims, completions and enqueues wait for the poll)."""
+    import time
+
+    from console.operator.tui.widgets.calltable import CallTable
+    from tests.helpers import cancel
+
     db, conn = live
+    e = enqueue(conn, "search", "notify-me")
+    c = claim(conn, "w-1")
+    key = str(e["id"])
     app = make_app(db.dsn, listen=True, poll=60.0)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
         await settle(pilot, lambda: app.freshness.listening)
+        table = app.screen.query_one(CallTable)
+        await settle(pilot, lambda: key in table.jobs and table.jobs[key].state == "running")
         fetched = app.screen.fetched_at
-        import time
-
         started = time.monotonic()
-        e = enqueue(conn, "search", "notify-me")
-        await settle(pilot, lambda: str(e["id"])[:8] in screen_text(app), timeout=5)
+        assert cancel(conn, e["id"], "running", c["fencing_token"], operator="zoe", reason="notify probe")
+        await settle(pilot, lambda: table.jobs.get(key) is not None and table.jobs[key].state == "cancel_requested",
+                     timeout=5)
         took = time.monotonic() - started
         assert app.screen.fetched_at != fetched, "a fetch the NOTIFY asked for, not the 60 s poll"
         assert took < 2.0, f"the change reached the screen in {took:.2f}s with a 60 s poll interval"

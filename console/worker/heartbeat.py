@@ -1,0 +1,352 @@
+"""Leases, renewed: one heartbeat thread and one heartbeat connection per worker process, one
+statement per beat for every lease the process holds (worker/heartbeat_many.sql).
+
+Scheduling. Each lease wants a renewal every H seconds (its tool's heartbeat_seconds) after its
+last one. When the earliest lease is due, the thread renews it together with every lease due
+within the next half of its own interval: early renewal only adds margin, and the leases of a
+process fall into one cohort after a beat or two, so a process with a thousand calls in flight
+sends about one statement per H instead of a thousand. The thread sleeps until the next lease
+is due; taking up or dropping a call wakes it only when the new lease is due before that moment
+(a no-op call that ends within H never wakes it at all).
+
+Verdicts. A lease missing from the answer is lost: that call alone learns it (lost), logs and
+journals heartbeat_lost, and is dropped from the schedule; the others carry on. A cancel request
+in the answer is the call's alone too. A statement that fails (the database is gone, a lock wait,
+a statement timeout) confirms nothing: every lease in it counts a failure and is retried within
+half a second. A lock wait or a timeout is retried one lease at a time, and a lease that meets
+it alone is renewed on its own after the others until it succeeds: only the call whose row is
+locked waits for the lock (and is journaled with the cause), not the whole process.
+A lease is never renewed after its call stopped: a renewal in flight when the call ends gives no
+verdict to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from console.db.connect import Row
+from console.shared.errors import LeasectlError, RowLocked, StatementTimedOut
+from console.worker import statements
+
+if TYPE_CHECKING:
+    from console.worker.calls import ClaimedCall
+    from console.worker.runner import Worker
+
+log = logging.getLogger("leasectl.worker")
+
+
+class _Flag:
+    """One of a lease's verdicts (lost, cancel requested, stopped), as an event a handler can ask
+    `is_set()` and wait for. Cheaper than threading.Event: a call makes three and waits on none
+    unless its handler sleeps."""
+
+    __slots__ = ("_lease", "_on")
+
+    def __init__(self, lease: Heartbeat) -> None:
+        self._on = False
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return self._on
+
+    def set(self) -> None:
+        self._lease._raise(self)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until this or another verdict that stops the call is set (or the timeout)."""
+        self._lease.wait(timeout)
+        return self._on
+
+
+class Heartbeat:
+    """The lease of one claimed call, renewed by its worker's heartbeat thread (never the thread
+    running the tool).
+
+    `confirmed_until` is a local monotonic deadline: the moment the request that confirmed the
+    lease was *sent*, plus the lease time the database reported left. Measuring from the send
+    time makes it conservative whatever the round trip did.
+    """
+
+    def __init__(self, worker: Worker, call: ClaimedCall, claimed_at_monotonic: float,
+                 lease_left: float) -> None:
+        self.worker = worker
+        self.call = call
+        self.lost = _Flag(self)
+        self.cancel_requested = _Flag(self)
+        self.stopped = _Flag(self)
+        self.confirmed_until = claimed_at_monotonic + lease_left
+        self.last_confirmed_lease: datetime = call.lease_until
+        self.interval = call.heartbeat_seconds
+        self.next_beat = time.monotonic() + self.interval
+        self.failures = 0
+        # its last renewal alone met a lock wait or a timeout: renewed on its own until it succeeds
+        self.suspect = False
+        self._lock = threading.Lock()
+        self._wake: threading.Event | None = None
+        self._in_flight = False  # in a scheduled renewal being sent or answered (Renewals._cond)
+
+    # ---------------------------------------------------------------- the schedule
+    def start(self) -> None:
+        self.worker._renewals.add(self)
+
+    def stop(self) -> None:
+        """No renewal after this returns: one already in flight is waited for (its verdict, a
+        lost lease say, is known and journaled before the call moves on)."""
+        self.worker._renewals.remove(self)
+
+    def schedule_next(self) -> None:
+        # after a failure, retry sooner: the lease is running out while we cannot reach it
+        self.next_beat = time.monotonic() + (self.interval if self.failures == 0 else min(self.interval, 0.5))
+
+    def beat(self, wait: float | None = None, *, scheduled: bool = False) -> bool | None:
+        """One renewal now. True: renewed; False: lost (missing from the answer); None: no answer
+        from the database. `wait` bounds how long to queue behind a statement already in flight on
+        the heartbeat connection (one that hangs on the network must not hang the caller too)."""
+        verdicts = self.worker._renewals.renew([self], scheduled=scheduled, wait=wait)
+        return verdicts[0] if verdicts else None
+
+    def seconds_confirmed(self) -> float:
+        return self.confirmed_until - time.monotonic()
+
+    # ---------------------------------------------------------------- verdicts
+    def _raise(self, flag: _Flag) -> None:
+        with self._lock:
+            flag._on = True
+            wake = self._wake
+        if wake is not None and flag is not self.stopped:
+            wake.set()
+
+    def wait(self, timeout: float | None) -> None:
+        """Sleep until the lease is lost, a cancel is requested, or the timeout."""
+        with self._lock:
+            if self._wake is None:
+                self._wake = threading.Event()
+                if self.lost._on or self.cancel_requested._on:
+                    self._wake.set()
+            wake = self._wake
+        wake.wait(timeout)
+
+    def _apply(self, row: Row | None, sent: float, scheduled: bool) -> tuple[bool | None, float | None, bool]:
+        """Take one answer. Returns the verdict (None: not this lease's to take), for a renewal
+        the lease time that was left when the database renewed it, and whether the lease was
+        found lost just now (not known lost before)."""
+        with self._lock:
+            if scheduled and self.stopped._on:
+                return None, None, False
+            if self.lost._on:
+                return False, None, False
+            if row is None:
+                self.lost._on = True
+                wake = self._wake
+                cancel = False
+            else:
+                self.failures = 0
+                self.suspect = False
+                margin = (self.last_confirmed_lease - row["db_now"]).total_seconds()
+                self.confirmed_until = sent + (row["lease_until"] - row["db_now"]).total_seconds()
+                self.last_confirmed_lease = row["lease_until"]
+                cancel = bool(row["cancel_requested"]) and not self.cancel_requested._on
+                if cancel:
+                    self.cancel_requested._on = True
+                wake = self._wake if cancel else None
+        if wake is not None:
+            wake.set()
+        if row is None:
+            return False, None, True
+        if cancel:
+            self.worker._log("cancel_heard", self.call)
+        return True, margin, False
+
+
+@dataclass
+class RenewalStats:
+    """What the heartbeat thread did so far (for benchmarks and operators)."""
+
+    statements: int = 0          # heartbeat_many.sql statements answered
+    renewed: int = 0             # leases renewed
+    lost: int = 0                # leases found lost
+    failed_statements: int = 0   # statements that got no answer
+    largest_batch: int = 0
+    # the least lease time left (database clock) when a lease was renewed on schedule: the margin
+    # the protocol had against losing it; None until the first scheduled renewal
+    smallest_margin: float | None = None
+
+
+class Renewals:
+    """The heartbeat thread of one worker process and its schedule of leases."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.stats = RenewalStats()
+        self._cond = threading.Condition()
+        self._leases: dict[Any, Heartbeat] = {}
+        self._wake_at = math.inf
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._stats_lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def add(self, lease: Heartbeat) -> None:
+        superseded = None
+        with self._cond:
+            superseded = self._leases.get(lease.call.id)
+            self._leases[lease.call.id] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._closing = False
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name=f"heartbeat-{self.worker.worker_id}")
+                self._thread.start()
+            elif lease.next_beat < self._wake_at:
+                self._cond.notify()
+        # granted the call again under a newer token, this worker knows the older lease is over
+        if superseded is not None and superseded is not lease \
+                and superseded._apply(None, time.monotonic(), scheduled=False)[2]:
+            self.worker._lease_lost(superseded, "superseded")
+
+    def remove(self, lease: Heartbeat) -> None:
+        """Take a stopping call off the schedule, once a renewal in flight for it is answered."""
+        with self._cond:
+            while lease._in_flight:
+                self._cond.wait()
+            lease.stopped._on = True
+            if self._leases.get(lease.call.id) is lease:
+                del self._leases[lease.call.id]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._leases.clear()
+            self._cond.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    # ---------------------------------------------------------------- the thread
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._closing:
+                    return
+                now = time.monotonic()
+                if not self._leases:
+                    self._wake_at = now + 1.0
+                    self._cond.wait(1.0)
+                    continue
+                soonest = min(lease.next_beat for lease in self._leases.values())
+                if soonest > now:
+                    self._wake_at = soonest
+                    self._cond.wait(soonest - now)
+                    continue
+                due = [lease for lease in self._leases.values() if lease.next_beat <= now + lease.interval / 2]
+                self._wake_at = math.inf  # busy: a new lease need not wake us, we look again after
+            if self.worker.partitioned.is_set():
+                # a simulated network partition (the demo): the beat never reaches the database
+                for lease in due:
+                    lease.schedule_next()
+                continue
+            # a lease whose row was found locked is renewed on its own, after the others
+            self.renew([lease for lease in due if not lease.suspect], scheduled=True)
+            for lease in due:
+                if lease.suspect:
+                    self.renew([lease], scheduled=True)
+
+    # ---------------------------------------------------------------- one statement
+    def renew(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None = None) -> list[bool | None]:
+        """Renew these leases in one statement; a verdict for each (True renewed, False lost,
+        None no answer, or not taken because the call stopped)."""
+        if not scheduled:
+            return self._send(batch, scheduled=False, wait=wait)
+        with self._cond:
+            batch = [lease for lease in batch if not lease.stopped._on]
+            for lease in batch:
+                lease._in_flight = True
+        try:
+            return self._send(batch, scheduled=True, wait=wait)
+        finally:
+            with self._cond:
+                for lease in batch:
+                    lease._in_flight = False
+                    lease.schedule_next()
+                    if lease.lost._on and self._leases.get(lease.call.id) is lease:
+                        del self._leases[lease.call.id]
+                self._cond.notify_all()
+
+    def _send(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None) -> list[bool | None]:
+        worker = self.worker
+        if not batch:
+            return []
+        if not worker._hb_lock.acquire(timeout=-1 if wait is None else wait):
+            return [None] * len(batch)
+        answer: list[Row] | None = None
+        error: LeasectlError | None = None
+        try:
+            sent = time.monotonic()
+            try:
+                answer = statements.rows(worker._heartbeat_conn(), "worker/heartbeat_many",
+                                         job_ids=[lease.call.id for lease in batch], worker_id=worker.worker_id,
+                                         fencing_tokens=[lease.call.fencing_token for lease in batch])
+            except LeasectlError as exc:
+                error = exc
+                worker._drop_heartbeat_conn()
+        finally:
+            worker._hb_lock.release()
+        if error is not None:
+            if isinstance(error, (RowLocked, StatementTimedOut)) and len(batch) > 1:
+                # one locked row must not hold back every lease of the process: one at a time
+                return [self._one(lease, scheduled) for lease in batch]
+            self._failed(batch, error)
+            return [None] * len(batch)
+        return self._verdicts(batch, answer or [], sent, scheduled)
+
+    def _one(self, lease: Heartbeat, scheduled: bool) -> bool | None:
+        verdicts = self._send([lease], scheduled=scheduled, wait=None)
+        return verdicts[0] if verdicts else None
+
+    def _failed(self, batch: list[Heartbeat], error: LeasectlError) -> None:
+        with self._stats_lock:
+            self.stats.failed_statements += 1
+        now = time.monotonic()
+        for lease in batch:
+            lease.failures += 1
+            if len(batch) == 1 and isinstance(error, (RowLocked, StatementTimedOut)):
+                lease.suspect = True
+            self.worker._log("heartbeat_error", lease.call, error=str(error),
+                             confirmed_left=round(lease.confirmed_until - now, 3))
+            self.worker._database_error(lease.call, "worker/heartbeat_many", error)
+
+    def _verdicts(self, batch: list[Heartbeat], answer: list[Row], sent: float,
+                  scheduled: bool) -> list[bool | None]:
+        held = {row["id"]: row for row in answer}
+        verdicts: list[bool | None] = []
+        lost: list[Heartbeat] = []
+        margins: list[float] = []
+        for lease in batch:
+            row = held.get(lease.call.id)
+            verdict, margin, newly_lost = lease._apply(row, sent, scheduled)
+            verdicts.append(verdict)
+            if newly_lost:
+                lost.append(lease)
+            elif verdict and margin is not None and scheduled:
+                margins.append(margin)
+            if verdict and row is not None:
+                self.worker._observe("heartbeat", lease.call, row["db_now"])
+        with self._stats_lock:
+            stats = self.stats
+            stats.statements += 1
+            stats.renewed += len(held)
+            stats.lost += len(lost)
+            stats.largest_batch = max(stats.largest_batch, len(batch))
+            if margins:
+                least = min(margins)
+                stats.smallest_margin = least if stats.smallest_margin is None else min(stats.smallest_margin, least)
+        for lease in lost:
+            self.worker._lease_lost(lease, "zero_rows")
+        return verdicts

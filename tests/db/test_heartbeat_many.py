@@ -1,0 +1,197 @@
+"""worker/heartbeat_many.sql: every lease a worker process holds, renewed in one statement
+(DESIGN.md, "Concurrent workers"), each under exactly heartbeat.sql's guard: a lease this worker
+lost is simply missing from the answer, whatever happens to the others."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from console.db import sql
+from console.db.connect import Conn, run
+from tests.helpers import (
+    as_login,
+    cancel,
+    claim,
+    complete,
+    enqueue,
+    ensure_login,
+    events,
+    expire_lease,
+    heartbeat,
+    mark_terminal,
+    register_tool,
+    wait_until,
+)
+
+A, B = "lc_hbm_a", "lc_hbm_b"
+
+
+@pytest.fixture(scope="module")
+def logins(pg_server):
+    with pg_server.admin() as admin:
+        for login in (A, B):
+            ensure_login(admin, login, "leasectl_worker")
+
+
+@pytest.fixture
+def conn(db):
+    with db.connect() as c:
+        register_tool(c, "search", "read_only", lease_seconds=30, heartbeat_seconds=5, missed_heartbeats=2,
+                      jitter_seconds=5)
+        register_tool(c, "quick", "read_only", lease_seconds=1.0, heartbeat_seconds=0.25, missed_heartbeats=2,
+                      jitter_seconds=0.25)
+        yield c
+
+
+def many(conn: Conn, calls: list[dict], worker: str, tokens: list[int] | None = None) -> list[dict]:
+    return run(conn, "worker/heartbeat_many", job_ids=[c["id"] for c in calls], worker_id=worker,
+               fencing_tokens=tokens if tokens is not None else [c["fencing_token"] for c in calls])
+
+
+def lease_of(conn: Conn, job_id: Any) -> Any:
+    return conn.execute("select lease_until from tool_jobs where id = %s", (job_id,)).fetchone()["lease_until"]
+
+
+def test_the_contract_parameters_and_columns(conn):
+    assert set(sql.load("worker/heartbeat_many").params) == {"job_ids", "worker_id", "fencing_tokens"}
+    enqueue(conn, "search")
+    c = claim(conn, "w1")
+    single = heartbeat(conn, c, "w1")
+    rows = many(conn, [c], "w1")
+    assert len(rows) == 1 and set(rows[0]) == set(single) | {"id"}, "the columns of heartbeat.sql plus id"
+    assert rows[0]["id"] == c["id"] and rows[0]["cancel_requested"] is False
+
+
+def test_renews_each_lease_still_held_and_leaves_out_each_lost_one(conn):
+    for i in range(7):
+        enqueue(conn, "quick" if i == 3 else "search", f"k-{i}")
+    held = claim(conn, "w1")
+    fenced = claim(conn, "w1")
+    stale = claim(conn, "w1")
+    expired = claim(conn, "w1", ["quick"])
+    finished = claim(conn, "w1")
+    other = claim(conn, "w2")
+    also_held = claim(conn, "w1")
+    mark_terminal(conn, fenced["id"], "running", fenced["fencing_token"], "failed", force=True)
+    assert complete(conn, finished, "w1") is not None
+    expire_lease(conn, expired["id"])
+    before = {c["id"]: lease_of(conn, c["id"]) for c in (held, other, also_held, expired)}
+    calls = [held, fenced, stale, expired, finished, other, also_held]
+    tokens = [c["fencing_token"] + (1 if c is stale else 0) for c in calls]
+    rows = many(conn, calls, "w1", tokens)
+    assert {r["id"] for r in rows} == {held["id"], also_held["id"]}, \
+        "missing: fenced by an operator, a token not held, an expired lease, a finished call, another's call"
+    for r in rows:
+        assert r["lease_until"] > before[r["id"]], "renewed"
+    assert lease_of(conn, other["id"]) == before[other["id"]], "another worker's lease is not touched"
+    assert lease_of(conn, expired["id"]) == before[expired["id"]], "an expired lease is not revived"
+    assert many(conn, [], "w1") == []
+
+
+def test_a_cancel_request_comes_back_with_its_own_call_only(conn):
+    e1, _ = enqueue(conn, "search"), enqueue(conn, "search")
+    c1, c2 = claim(conn, "w1"), claim(conn, "w1")
+    assert cancel(conn, e1["id"], "running", c1["fencing_token"])["state"] == "cancel_requested"
+    rows = {r["id"]: r for r in many(conn, [c1, c2], "w1")}
+    assert rows[c1["id"]]["cancel_requested"] is True and rows[c1["id"]]["state"] == "cancel_requested"
+    assert rows[c2["id"]]["cancel_requested"] is False and rows[c2["id"]]["state"] == "running"
+
+
+def test_renewals_stay_hot_and_journal_nothing(db, conn):
+    calls = []
+    for i in range(20):
+        enqueue(conn, "search", f"hot-{i}")
+        calls.append(claim(conn, "w1"))
+    conn.execute("vacuum tool_jobs")
+    conn.execute("select pg_stat_force_next_flush()")
+    before = conn.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
+                          "where relname = 'tool_jobs'").fetchone()
+    count = sum(len(events(conn, c["id"])) for c in calls)
+    with db.connect() as beater:
+        for _ in range(10):
+            assert len(many(beater, calls, "w1")) == 20
+        beater.execute("select pg_stat_force_next_flush()")
+    after = conn.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
+                         "where relname = 'tool_jobs'").fetchone()
+    updates = after["n_tup_upd"] - before["n_tup_upd"]
+    hot = after["n_tup_hot_upd"] - before["n_tup_hot_upd"]
+    assert updates >= 200 and hot / updates >= 0.9, (updates, hot)
+    assert sum(len(events(conn, c["id"])) for c in calls) == count, "a renewal journals nothing"
+
+
+def test_a_worker_login_renews_only_its_own_calls(db, logins, conn):
+    with as_login(db, A) as a, as_login(db, B) as b:
+        for i in range(3):
+            enqueue(a, "search", f"rls-{i}")
+        mine = claim(a, A)
+        my_other_name = claim(a, f"{A}:w-2")
+        theirs = claim(b, B)
+        their_lease = lease_of(conn, theirs["id"])
+        # every id sent in A's own name: only the call A holds as A comes back
+        assert {r["id"] for r in many(a, [mine, my_other_name, theirs], A)} == {mine["id"]}
+        assert {r["id"] for r in many(a, [my_other_name], f"{A}:w-2")} == {my_other_name["id"]}
+        # A naming B as the worker: row level security lets it touch nothing of B's
+        assert many(a, [theirs], B) == []
+        assert lease_of(conn, theirs["id"]) == their_lease, "B's lease was not extended by A"
+        assert {r["id"] for r in many(b, [theirs, mine], B)} == {theirs["id"]}
+
+
+# ------------------------------------------------------------------ step by step
+
+
+class Blocked:
+    """Run `fn` on its own connection in a thread and wait until it is seen blocked on a lock."""
+
+    def __init__(self, db, observer: Conn, fn: Callable[[Conn], Any]) -> None:
+        self.conn = db.connect()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        pid = self.conn.info.backend_pid
+        self._thread = threading.Thread(target=self._run, args=(fn,))
+        self._thread.start()
+        wait_until(lambda: observer.execute("select wait_event_type = 'Lock' as blocked from pg_stat_activity "
+                                            "where pid = %s", (pid,)).fetchone()["blocked"],
+                   timeout=10, what=f"backend {pid} to block on a lock")
+
+    def _run(self, fn: Callable[[Conn], Any]) -> None:
+        try:
+            self.result = fn(self.conn)
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+    def finish(self) -> Any:
+        self._thread.join(timeout=15)
+        assert not self._thread.is_alive()
+        self.conn.close()
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def test_step_a_renewal_waits_for_an_operators_fence_and_leaves_that_call_out(db, conn):
+    e1, _e2 = enqueue(conn, "search"), enqueue(conn, "search")
+    c1, c2 = claim(conn, "w1"), claim(conn, "w1")
+    operator = db.connect(autocommit=False)
+    assert mark_terminal(operator, e1["id"], "running", c1["fencing_token"], "failed", force=True) is not None
+    beat = Blocked(db, conn, lambda c: many(c, [c1, c2], "w1"))
+    operator.commit()
+    operator.close()
+    rows = beat.finish()
+    assert [r["id"] for r in rows] == [c2["id"]], "the re-checked guard leaves the fenced call out"
+
+
+def test_step_a_renewal_waits_for_a_cancel_and_hears_it(db, conn):
+    e1, _e2 = enqueue(conn, "search"), enqueue(conn, "search")
+    c1, c2 = claim(conn, "w1"), claim(conn, "w1")
+    operator = db.connect(autocommit=False)
+    cancel(operator, e1["id"], "running", c1["fencing_token"])
+    beat = Blocked(db, conn, lambda c: many(c, [c1, c2], "w1"))
+    operator.commit()
+    operator.close()
+    rows = {r["id"]: r for r in beat.finish()}
+    assert set(rows) == {c1["id"], c2["id"]}
+    assert rows[c1["id"]]["cancel_requested"] is True and rows[c2["id"]]["cancel_requested"] is False

@@ -1,0 +1,266 @@
+"""The reference worker with several calls in flight in one process (issue 11): two connections
+whatever the concurrency, one heartbeat statement per beat, and every guarantee held per call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from console.shared.config import SessionLimits
+from console.shared.errors import PermissionDenied
+from console.worker import CallContext, Worker
+from console.worker.receiver import FencedReceiver
+from tests.helpers import (
+    as_login,
+    cancel,
+    enqueue,
+    ensure_login,
+    events,
+    job,
+    mark_terminal,
+    register_tool,
+    wait_until,
+)
+from tests.netproxy import DbProxy
+
+LOGIN = "lc_conc_worker"
+
+
+@pytest.fixture
+def conn(db):
+    with db.connect() as c:
+        register_tool(c, "search", "read_only", lease_seconds=1.5, heartbeat_seconds=0.2,
+                      missed_heartbeats=2, jitter_seconds=0.3)
+        register_tool(c, "pay", "mutating_unverifiable", lease_seconds=1.5, heartbeat_seconds=0.2,
+                      missed_heartbeats=2, jitter_seconds=0.3)
+        register_tool(c, "slow", "read_only", lease_seconds=4, heartbeat_seconds=0.5,
+                      missed_heartbeats=2, jitter_seconds=1)
+        yield c
+
+
+class Running:
+    """Worker.run in a thread of its own; .done() waits for its answer."""
+
+    def __init__(self, worker: Worker, **kwargs: Any) -> None:
+        self.worker = worker
+        self.stop = threading.Event()
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
+        self._thread.start()
+
+    def _run(self, **kwargs: Any) -> None:
+        try:
+            self.answer = self.worker.run(self.stop, **kwargs)
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+    def done(self, timeout: float = 30) -> Any:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the worker did not finish"
+        if self.error:
+            raise self.error
+        return self.answer
+
+
+def states(conn, ids) -> dict[Any, str]:
+    return {i: job(conn, i)["state"] for i in ids}
+
+
+def running_tokens(conn, ids) -> dict[Any, int]:
+    wait_until(lambda: all(job(conn, i)["state"] == "running" for i in ids), what="the worker to claim them all")
+    return {i: job(conn, i)["fencing_token"] for i in ids}
+
+
+def worker_connections(conn, name: str) -> int:
+    return conn.execute("select count(*) as n from pg_stat_activity where application_name like %s",
+                        (f"leasectl-worker:{name}%",)).fetchone()["n"]
+
+
+def test_many_calls_at_once_on_two_connections_and_one_statement_per_beat(db, conn):
+    ids = [enqueue(conn, "search", payload={"i": i})["id"] for i in range(8)]
+    seen_connections: list[int] = []
+
+    def handler(ctx: CallContext) -> dict:
+        ctx.sleep(1.2)  # several heartbeats each
+        return {"i": ctx.payload["i"]}
+
+    worker = Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=8)
+    t0 = time.monotonic()
+    run = Running(worker, max_calls=8)
+    running_tokens(conn, ids)
+    wait_until(lambda: worker.renewal_stats.statements >= 1, what="a first heartbeat")
+    for _ in range(5):
+        seen_connections.append(worker_connections(conn, "wc"))
+        time.sleep(0.1)
+    assert run.done() == 8
+    took = time.monotonic() - t0
+    assert set(seen_connections) == {2}, "one claim connection and one heartbeat connection, whatever the concurrency"
+    assert all(job(conn, i)["state"] == "succeeded" for i in ids)
+    assert {job(conn, i)["result"]["i"] for i in ids} == set(range(8))
+    assert took < 5, f"8 calls of 1.2 s ran at once, not one after the other ({took:.1f} s)"
+    stats = worker.renewal_stats
+    assert stats.renewed >= 8 * 3, stats
+    assert stats.largest_batch >= 6 and stats.renewed >= 4 * stats.statements, \
+        f"the leases of the process are renewed together, not one statement per lease: {stats}"
+    assert stats.lost == 0 and stats.smallest_margin is not None and stats.smallest_margin > 0.2, stats
+
+
+def test_a_lost_lease_stops_that_call_and_no_other(db, conn):
+    ids = [enqueue(conn, "search")["id"] for _ in range(3)]
+    worker = Worker(db.dsn, "wc", lambda ctx: ctx.sleep(1.5) or {"by": ctx.worker_id}, poll_interval=0.05,
+                    concurrency=3)
+    run = Running(worker, max_calls=3)
+    tokens = running_tokens(conn, ids)
+    victim = ids[1]
+    mark_terminal(conn, victim, "running", tokens[victim], "failed", force=True, reason="fence one out")
+    assert run.done() == 3
+    assert states(conn, ids) == {ids[0]: "succeeded", victim: "failed", ids[2]: "succeeded"}
+    assert ("heartbeat_lost", "wc") in [(e["kind"], e["actor"]) for e in events(conn, victim)]
+    assert job(conn, victim)["result"] is None
+    for other in (ids[0], ids[2]):
+        assert not [e for e in events(conn, other) if e["kind"] == "heartbeat_lost"]
+
+
+def test_a_cancel_is_heard_and_confirmed_by_its_call_only(db, conn):
+    ids = [enqueue(conn, "search")["id"] for _ in range(3)]
+    worker = Worker(db.dsn, "wc", lambda ctx: ctx.sleep(2.0) or {"done": True}, poll_interval=0.05,
+                    concurrency=3)
+    run = Running(worker, max_calls=3)
+    tokens = running_tokens(conn, ids)
+    t0 = time.monotonic()
+    assert cancel(conn, ids[0], "running", tokens[ids[0]])["state"] == "cancel_requested"
+    wait_until(lambda: job(conn, ids[0])["state"] == "cancelled", timeout=5, what="the cancel confirmed")
+    assert time.monotonic() - t0 < 1.5, "heard at the next beat, not when the call ends"
+    assert run.done() == 3
+    assert states(conn, ids) == {ids[0]: "cancelled", ids[1]: "succeeded", ids[2]: "succeeded"}
+
+
+def test_an_uncooperative_call_never_writes_its_result_after_its_loss(db, conn):
+    ids = [enqueue(conn, "search")["id"] for _ in range(3)]
+    worker = Worker(db.dsn, "wc", lambda ctx: time.sleep(1.2) or {"late": ctx.fencing_token}, poll_interval=0.05,
+                    concurrency=3)
+    run = Running(worker, max_calls=3)
+    tokens = running_tokens(conn, ids)
+    mark_terminal(conn, ids[2], "running", tokens[ids[2]], "failed", force=True)
+    assert run.done() == 3
+    rejected = [e for e in events(conn, ids[2]) if e["kind"] == "result_rejected"]
+    assert rejected and rejected[0]["details"] == {"reason": "lease_lost", "written": False,
+                                                    "observed_at": rejected[0]["details"]["observed_at"]}
+    assert job(conn, ids[2])["result"] is None
+    assert [job(conn, i)["result"] for i in ids[:2]] == [{"late": tokens[i]} for i in ids[:2]]
+
+
+def test_ownership_unknown_refuses_each_calls_step_when_the_database_is_gone(db, conn):
+    proxy = DbProxy(db.dsn)
+    receiver = FencedReceiver(verifiable=False)
+    ids = [enqueue(conn, "pay")["id"] for _ in range(2)]
+    both = threading.Barrier(2)
+
+    def handler(ctx: CallContext) -> None:
+        ctx.sleep(0.3)
+        if both.wait() == 0:
+            proxy.cut()
+        time.sleep(1.6)  # past the last confirmed lease
+        request = ctx.start_side_effect(f"ext-{ctx.call.short_id}")
+        receiver.submit(object_id=str(ctx.call.id), idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
+                        operation="capture")
+        raise AssertionError(f"{request} must not have been sent")
+
+    worker = Worker(proxy.dsn, "wc", handler, poll_interval=0.05, concurrency=2)
+    try:
+        assert worker.run(threading.Event(), max_calls=2) == 2
+    finally:
+        proxy.restore()
+    assert receiver.effects == [], "nothing irreversible was sent"
+    assert sorted(kind for _call, kind, _details in worker._pending_events) == ["ownership_unknown"] * 2
+    worker.dsn = db.dsn
+    proxy.close()
+    worker.flush_events()
+    worker.close()
+    for i in ids:
+        recorded = [e for e in events(conn, i) if e["kind"] == "ownership_unknown"]
+        assert recorded and recorded[0]["details"]["external_request_id"] == f"ext-{str(i)[:8]}"
+        assert job(conn, i)["side_effect_started_at"] is None
+
+
+def test_a_locked_row_holds_back_its_own_renewal_only_and_is_journaled(db, conn):
+    """One statement renews every lease, so one locked row could stall them all: the worker
+    retries a lock wait lease by lease. Step by step: the batch is seen blocked on the lock."""
+    ids = [enqueue(conn, "slow")["id"] for _ in range(3)]
+    limits = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=300, idle_in_transaction_ms=10_000)
+    worker = Worker(db.dsn, "wc", lambda ctx: ctx.sleep(3.0) or {"ok": True}, poll_interval=0.05,
+                    concurrency=3, limits=limits)
+    run = Running(worker, max_calls=3)
+    running_tokens(conn, ids)
+    locked = ids[0]
+    holder = db.connect(autocommit=False)
+    holder.execute("select 1 from tool_jobs where id = %s for update", (locked,))
+    try:
+        wait_until(lambda: conn.execute(
+            "select count(*) as n from pg_stat_activity where application_name = 'leasectl-worker:wc:heartbeat' "
+            "and wait_event_type = 'Lock'").fetchone()["n"] == 1, timeout=5, what="the batch to wait for the lock")
+        wait_until(lambda: [e for e in events(conn, locked) if e["kind"] == "database_error"], timeout=5,
+                   what="the lock wait journaled")
+        renewed = {i: job(conn, i)["heartbeat_at"] for i in ids[1:]}
+        time.sleep(0.8)
+        assert all(job(conn, i)["heartbeat_at"] > renewed[i] for i in ids[1:]), \
+            "the other leases are renewed while one row stays locked"
+    finally:
+        holder.rollback()
+        holder.close()
+    assert run.done() == 3
+    assert states(conn, ids) == dict.fromkeys(ids, "succeeded")
+    journaled = [e for e in events(conn, locked) if e["kind"] == "database_error"]
+    assert journaled[0]["details"]["cause"] == "lock_timeout"
+    assert journaled[0]["details"]["statement"] == "worker/heartbeat_many" and journaled[0]["actor"] == "wc"
+    for other in ids[1:]:
+        assert not [e for e in events(conn, other) if e["kind"] == "database_error"]
+
+
+def test_the_identity_is_checked_before_the_first_claim(db, conn, pg_server):
+    from psycopg.conninfo import make_conninfo
+
+    with pg_server.admin() as admin:
+        ensure_login(admin, LOGIN, "leasectl_worker")
+    enqueue(conn, "search")
+    dsn = make_conninfo(db.dsn, user=LOGIN)
+    with pytest.raises(PermissionDenied, match=f"may own calls only as {LOGIN} or {LOGIN}:<name>"):
+        Worker(dsn, "someone-else", lambda ctx: {"ok": True}, concurrency=4).run(threading.Event(), max_calls=1)
+    assert Worker(dsn, f"{LOGIN}:w-1", lambda ctx: {"ok": True}, concurrency=4).run(threading.Event(),
+                                                                                   max_calls=1) == 1
+    with as_login(db, LOGIN) as mine:
+        assert mine.execute("select count(*) as n from tool_jobs where state = 'succeeded'").fetchone()["n"] == 1
+
+
+def test_max_calls_and_drain_count_every_call_once(db, conn):
+    ids = [enqueue(conn, "search")["id"] for _ in range(10)]
+    handler: Callable[[CallContext], Any] = lambda ctx: ctx.sleep(0.1) or {"ok": True}  # noqa: E731
+    assert Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=4).run(threading.Event(), max_calls=7) == 7
+    assert sorted(states(conn, ids).values()) == ["queued"] * 3 + ["succeeded"] * 7, "no call claimed past max_calls"
+    assert Worker(db.dsn, "wc2", handler, poll_interval=0.05, concurrency=4).run(threading.Event(), drain=True) == 3
+    assert set(states(conn, ids).values()) == {"succeeded"}
+
+
+def test_stop_lets_the_calls_in_flight_finish_and_claims_no_more(db, conn):
+    ids = [enqueue(conn, "search")["id"] for _ in range(6)]
+    release = threading.Event()
+
+    def handler(ctx: CallContext) -> dict:
+        while not release.is_set():
+            ctx.sleep(0.05)
+        return {"ok": True}
+
+    worker = Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=3)
+    run = Running(worker)
+    wait_until(lambda: sum(s == "running" for s in states(conn, ids).values()) == 3, what="three in flight")
+    run.stop.set()
+    release.set()
+    assert run.done() == 3
+    assert sorted(states(conn, ids).values()) == ["queued"] * 3 + ["succeeded"] * 3, \
+        "the three in flight finished, and none claimed a successor after the stop"
+    assert worker_connections(conn, "wc") == 0, "both connections closed"

@@ -1,0 +1,257 @@
+"""Migration 0009: cheaper triggers with every rule kept, and NOTIFY only for notable changes.
+
+* the guard's fast paths (a claim, an owner's completion) accept exactly what its rules accept:
+  every way a claim- or completion-shaped update can break a rule is still refused, with the
+  same SQLSTATE;
+* the guard fires by column list, plus a small WHEN for finished and queued calls: an update of
+  a finished call is refused whatever columns it sets, a lease-only update of a running call
+  still fires nothing (HOT, no history);
+* history is written as before;
+* NOTIFY: heard for what a human must see at once, silent for the plain traffic of claims,
+  completions and enqueues (the console's poll shows those).
+"""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+
+from console.db.connect import Conn, run
+from tests.helpers import (
+    FAST,
+    approve,
+    as_login,
+    cancel,
+    claim,
+    complete,
+    confirm_cancel,
+    enqueue,
+    ensure_login,
+    events,
+    expire_lease,
+    fail,
+    heartbeat,
+    job,
+    mark_terminal,
+    record_event,
+    register_tool,
+    report_unknown,
+    start_side_effect,
+    sweep,
+)
+
+W = "lc_cost_worker"
+
+
+@pytest.fixture(scope="module")
+def login(pg_server):
+    with pg_server.admin() as admin:
+        ensure_login(admin, W, "leasectl_worker")
+    return W
+
+
+@pytest.fixture
+def conn(db):
+    with db.connect() as c:
+        register_tool(c, "search", "read_only", lease_seconds=30, heartbeat_seconds=5, missed_heartbeats=2,
+                      jitter_seconds=5)
+        register_tool(c, "pay", "mutating_unverifiable", lease_seconds=30, heartbeat_seconds=5,
+                      missed_heartbeats=2, jitter_seconds=5)
+        register_tool(c, "quick", "read_only", **FAST)
+        yield c
+
+
+def sqlstate_of(conn: Conn, statement: str, params: tuple = ()) -> str | None:
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(statement, params)
+    return info.value.sqlstate
+
+
+CLAIM_SHAPE = ("update tool_jobs set state = 'running', owner_id = %s, lease_until = now() + interval '1 minute', "
+               "fencing_token = fencing_token + {bump}, attempt = attempt + 1{extra} where id = %s")
+COMPLETE_SHAPE = ("update tool_jobs set state = 'succeeded', result = '{{}}', lease_until = null{extra} "
+                  "where id = %s")
+
+
+# ------------------------------------------------------------------ the fast paths refuse what the rules refuse
+
+
+@pytest.mark.parametrize(("bump", "extra", "owner", "sqlstate"), [
+    (1, ", payload = '{\"forged\": 1}'", "w1", "LCS05"),
+    (1, ", idempotency_key = 'other'", "w1", "LCS05"),
+    (1, ", tool = 'pay'", "w1", "LCS05"),
+    (1, ", created_at = now() - interval '1 day'", "w1", "LCS05"),
+    (0, "", "w1", "LCS02"),          # a grant without a new token
+    (1, "", None, "LCS01"),          # running without an owner
+])
+def test_a_claim_shaped_update_that_breaks_a_rule_is_refused(conn, bump, extra, owner, sqlstate):
+    e = enqueue(conn, "search")
+    statement = CLAIM_SHAPE.format(bump=bump, extra=extra)
+    assert sqlstate_of(conn, statement, (owner, e["id"])) == sqlstate
+    assert job(conn, e["id"])["state"] == "queued"
+
+
+@pytest.mark.parametrize(("extra", "sqlstate"), [
+    (", owner_id = 'someone-else'", "LCS01"),    # ownership is granted by a claim only
+    (", payload = '{\"forged\": 1}'", "LCS05"),
+    (", idempotency_key = 'other'", "LCS05"),
+    (", fencing_token = fencing_token - 1", "LCS02"),
+])
+def test_a_completion_shaped_update_that_breaks_a_rule_is_refused(conn, extra, sqlstate):
+    e = enqueue(conn, "search")
+    claim(conn, "w1")
+    assert sqlstate_of(conn, COMPLETE_SHAPE.format(extra=extra), (e["id"],)) == sqlstate
+    assert job(conn, e["id"])["state"] == "running"
+
+
+def test_a_worker_login_still_cannot_claim_under_a_foreign_id(db, login, conn):
+    e = enqueue(conn, "search")
+    with as_login(db, login) as w:
+        assert sqlstate_of(w, CLAIM_SHAPE.format(bump=1, extra=""), ("someone-else", e["id"])) == "LCS08"
+        assert claim(w, f"{login}:w-1")["id"] == e["id"], "its own id takes the fast path"
+
+
+def test_the_fast_paths_do_what_the_rules_did(conn):
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    done = complete(conn, c, "w1", {"ok": 1})
+    assert done["state"] == "succeeded" and done["finished_at"] is not None, "finished_at stamped"
+    assert done["completed_despite_cancel"] is False
+    # a completion after a cancel request is not a fast path: recorded as completed despite it
+    e2 = enqueue(conn, "search")
+    c2 = claim(conn, "w1")
+    cancel(conn, e2["id"], "running", c2["fencing_token"])
+    assert complete(conn, c2, "w1")["completed_despite_cancel"] is True
+    # the history of a claim and a completion, as before 0009
+    story = [(ev["kind"], ev["actor"], ev["fencing_token"], ev["state_from"], ev["state_to"], ev["owner_to"])
+             for ev in events(conn, e["id"])]
+    assert story[1:] == [("claimed", "w1", 1, "queued", "running", "w1"),
+                         ("state_changed", "w1", 1, "running", "succeeded", "w1")]
+    details = [ev["details"] for ev in events(conn, e["id"])]
+    assert details[1] == {"attempt": 1, "previous_token": 0} and details[2]["attempt"] == 1 and details[2]["previous_lease_until"]
+
+
+# ------------------------------------------------------------------ which updates fire the guard
+
+
+def test_a_finished_call_is_refused_whatever_the_update_sets(conn):
+    e = enqueue(conn, "search")
+    complete(conn, claim(conn, "w1"), "w1")
+    for sets in ("lease_until = now() + interval '1 hour'", "heartbeat_at = now()", "result = '{}'",
+                 "finished_at = null", "state = 'failed'"):
+        assert sqlstate_of(conn, f"update tool_jobs set {sets} where id = %s", (e["id"],)) == "LCS03", sets
+    # setting what is already there changes nothing (an upsert's touch): accepted since 0001, no history
+    before = len(events(conn, e["id"]))
+    conn.execute("update tool_jobs set state = 'succeeded' where id = %s", (e["id"],))
+    assert len(events(conn, e["id"])) == before
+
+
+def test_a_queued_call_is_not_rewritten_in_place_by_a_worker_whatever_it_sets(db, login, conn):
+    e = enqueue(conn, "search")
+    with as_login(db, login) as w:
+        for sets in ("heartbeat_at = now()", "lease_until = now() + interval '1 hour'", "attempt = 99"):
+            assert sqlstate_of(w, f"update tool_jobs set {sets} where id = %s", (e["id"],)) == "LCS10", sets
+
+
+def test_the_payload_of_a_running_call_never_changes(db, login, conn):
+    """LCS05 names the payload; before 0009 the guard's WHEN clause never fired for it alone. A
+    worker login has no column privilege on payload at all; the guard stops a role that has."""
+    e = enqueue(conn, "search")
+    with as_login(db, login) as w:
+        claim(w, login)
+        assert sqlstate_of(w, "update tool_jobs set payload = '{\"forged\": 1}' where id = %s", (e["id"],)) == "42501"
+    assert sqlstate_of(conn, "update tool_jobs set payload = '{\"forged\": 1}' where id = %s", (e["id"],)) == "LCS05"
+
+
+def test_a_heartbeat_still_fires_nothing(db, conn):
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    before = len(events(conn, e["id"]))
+    for _ in range(5):
+        assert heartbeat(conn, c, "w1") is not None
+        assert run(conn, "worker/heartbeat_many", job_ids=[c["id"]], worker_id="w1",
+                   fencing_tokens=[c["fencing_token"]])
+    assert len(events(conn, e["id"])) == before
+
+
+# ------------------------------------------------------------------ what NOTIFY is for
+
+
+@pytest.fixture
+def listener(db):
+    with db.connect() as c:
+        run(c, "meta/listen")
+        yield c
+
+
+def heard(listener: Conn) -> list[dict]:
+    """Every notification committed so far (they arrive at commit; give them a moment)."""
+    return [json.loads(n.payload) for n in listener.notifies(timeout=0.3)]
+
+
+def test_plain_traffic_is_not_announced(conn, listener):
+    e = enqueue(conn, "search")                       # enqueue
+    c = claim(conn, "w1")                             # plain claim
+    heartbeat(conn, c, "w1")                          # heartbeat
+    complete(conn, c, "w1")                           # plain completion
+    e2 = enqueue(conn, "pay")
+    c2 = claim(conn, "w1")
+    start_side_effect(conn, c2, "w1")                 # the start of a request
+    e3 = enqueue(conn, "search")
+    c3 = claim(conn, "w1")
+    assert fail(conn, c3, "w1", retryable=True)["state"] == "queued"   # a worker's requeue
+    row = record_event(conn, {"id": e["id"], "fencing_token": 1}, "tool_request_started", "w1")
+    assert row["notified"] is False
+    assert heard(listener) == [], "claims, completions, enqueues and requeues wait for the poll"
+    assert {e2["id"], e3["id"]}  # (used)
+
+
+def test_notable_changes_are_announced(conn, listener):
+    def announced(job_id) -> list[dict]:
+        return [n for n in heard(listener) if n.get("id") == str(job_id)]
+
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    assert cancel(conn, e["id"], "running", c["fencing_token"], operator="zoe")
+    got = announced(e["id"])
+    assert {"state": "cancel_requested"}.items() <= next(n for n in got if "state" in n).items()
+    assert any(n.get("kind") == "operator_cancel" for n in got), "the operator's journal row too"
+    assert confirm_cancel(conn, c, "w1")
+    assert [n["state"] for n in announced(e["id"])] == ["cancelled"], "the answer to a cancel"
+
+    e = enqueue(conn, "pay")
+    c = claim(conn, "w1")
+    start_side_effect(conn, c, "w1")
+    assert report_unknown(conn, c, "w1")
+    assert [n["state"] for n in announced(e["id"])] == ["outcome_unknown"]
+    assert approve(conn, e["id"], "outcome_unknown", c["fencing_token"], operator="bob")
+    assert {n.get("state") or n.get("kind") for n in announced(e["id"])} == {"queued", "operator_approve_retry"}
+    complete(conn, claim(conn, "w1"), "w1")           # the approved retry runs (the oldest queued call)
+
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    assert fail(conn, c, "w1", retryable=False)["state"] == "failed"
+    assert [n["state"] for n in announced(e["id"])] == ["failed"]
+
+    e = enqueue(conn, "search")
+    c = claim(conn, "w1")
+    assert cancel(conn, e["id"], "queued", 0, operator="zoe") is None, "refused: it changed since"
+    assert [n["kind"] for n in announced(e["id"])] == ["operator_cancel"], "a refused action is heard too"
+    assert mark_terminal(conn, e["id"], "running", c["fencing_token"], "failed", force=True)
+    got = announced(e["id"])
+    assert {n.get("state") or n.get("kind") for n in got} == {"failed", "operator_mark_terminal"}
+    for kind in ("heartbeat_lost", "result_rejected", "receiver_rejected", "ownership_unknown"):
+        assert record_event(conn, c, kind, "w1")["notified"] is True
+    assert [n["kind"] for n in announced(e["id"])] == ["heartbeat_lost", "result_rejected", "receiver_rejected",
+                                                       "ownership_unknown"], "stale writes refused, trouble met"
+
+    e = enqueue(conn, "quick")
+    c = claim(conn, "w1")
+    expire_lease(conn, e["id"])
+    assert [s["state_to"] for s in sweep(conn)] == ["queued"]
+    assert [n["state"] for n in announced(e["id"])] == ["queued"], "the control plane's sweep"
+    again = claim(conn, "w2")
+    assert again["id"] == e["id"]
+    assert announced(e["id"]) == [], "a claim after a sweep is a plain claim"
