@@ -1,0 +1,425 @@
+"""`leasectl metrics serve`: the seeds' metrics in the Prometheus text format, for the alerts that
+wake the on-call engineer.
+
+* A custom collector reads the database on scrape (queries/metrics/live.sql and totals.sql, one
+  snapshot) and keeps the answer for a few seconds: a burst of scrapes (two Prometheus servers, a
+  person with curl) costs one read. `describe()` names every family, so registering the collector
+  never queries.
+* prometheus_client writes the exposition format (names, escaping of label values, HELP/TYPE,
+  histogram buckets); leasectl never hand-writes it. A private CollectorRegistry: no process
+  metrics of ours mixed in, and tests get a registry of their own.
+* Counters are totals over the whole history (append-only job_events plus the rollup of
+  migration 0008), so they never go backwards across scrapes or exporter restarts. A background
+  thread folds what is a minute old into the rollup every 30 s (off the hot path: no worker write
+  is added), so a scrape reads the rollup and a short tail, whatever the size of the history.
+  The exporter also never reports less than it reported before for a series (a guard, should a
+  call's labels change under it).
+* The database unreachable at scrape time: HTTP 200 with `leasectl_up 0` and no other series
+  (like postgres_exporter's pg_up): Prometheus' own `up` then still says the exporter answers,
+  and an alert on `leasectl_up == 0` says the database is what is down. Nothing stale is served
+  as if it were fresh.
+* Call ids and owners never become labels: tool, model, provider, state, side_effect, cause.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import psycopg
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from console.db import metrics
+from console.db.connect import Conn, connect, run, translate_error
+from console.db.migrate import check_compatible
+from console.shared.errors import BadInput, LeasectlError, PermissionDenied, ReadOnlySession
+from console.shared.metrics import Scrape, TotalRow
+from console.shared.text import sanitize
+
+log = logging.getLogger("leasectl.exporter")
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+CACHE_SECONDS = 3.0
+FOLD_EVERY_SECONDS = 30.0
+FOLD_LAG_SECONDS = 60.0
+STATES = ("queued", "running", "cancel_requested", "outcome_unknown")
+CAUSES = ("lock_timeout", "statement_timeout")
+CALL_LABELS = ["tool", "model", "provider"]
+
+COUNTERS = {  # metric in the history -> (family name without _total, help)
+    "renewal_failures": ("leasectl_renewal_failures",
+                         "Heartbeats answered with zero rows: the lease was lost (heartbeat_lost)."),
+    "reclaims": ("leasectl_reclaims", "Calls taken over after a lost lease: reclaimed by a new owner, or "
+                                      "requeued by the sweep once the lease had run out."),
+    "stale_writes_rejected": ("leasectl_stale_writes_rejected",
+                              "Writes refused for a stale fencing token (result_rejected, receiver_rejected)."),
+}
+HISTOGRAMS = {
+    "queue_wait": ("leasectl_queue_wait_seconds", "From entering the queue (enqueue or requeue) to the claim."),
+    "start_confirm": ("leasectl_start_confirm_seconds",
+                      "From the claim to the journaled start of the external request (tool_request_started)."),
+}
+GAUGES = {
+    "leasectl_up": ("1 when the last read of the database succeeded, 0 when it did not (then nothing else "
+                    "is reported).", []),
+    "leasectl_calls": ("Calls not finished, by tool and state (queued, running, cancel_requested, "
+                       "outcome_unknown).", ["tool", "state"]),
+    "leasectl_oldest_heartbeat_age_seconds": ("Age of the stalest heartbeat among calls holding a lease.",
+                                              CALL_LABELS),
+    "leasectl_min_lease_left_seconds": ("The least lease time left among calls holding a lease (negative: "
+                                        "expired that long ago).", CALL_LABELS),
+    "leasectl_expired_leases": ("Calls whose lease ran out, not yet reclaimed or swept.", CALL_LABELS),
+    "leasectl_cancel_unheard_calls": ("Calls in cancel_requested for longer than 2H + J: nobody heard the "
+                                      "cancel.", CALL_LABELS),
+    "leasectl_outcome_unknown_calls": ("Calls waiting in outcome_unknown for a human: a side effect may "
+                                       "have happened.", ["tool", "side_effect"]),
+}
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:9464` for IPv6; port 0 picks a free one); bad input otherwise."""
+    shown = sanitize(text, max_chars=80)
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not host:
+        raise BadInput(f"--listen '{shown}' is not HOST:PORT", hint=f"e.g. {DEFAULT_LISTEN} or [::1]:9464")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise BadInput(f"--listen '{shown}': the port must be a number from 0 to 65535")
+    return host, int(port_text)
+
+
+# ----------------------------------------------------------------------------- the database side
+
+
+class Database:
+    """The exporter's own session (leasectl's limits, application_name leasectl-exporter), made
+    again after a failure. One for reads; the folder thread has another."""
+
+    def __init__(self, dsn: str, *, read_only: bool = False, application_name: str = "leasectl-exporter") -> None:
+        self.dsn = dsn
+        self.read_only = read_only
+        self.application_name = application_name
+        self._conn: Conn | None = None
+        self._lock = threading.Lock()
+
+    def use(self, fn: Callable[[Conn], Any]) -> Any:
+        with self._lock:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                conn = connect(self.dsn, read_only=self.read_only, application_name=self.application_name)
+                try:
+                    if self.read_only:
+                        run(conn, "meta/assume_auditor")
+                    check_compatible(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                self._conn = conn
+            try:
+                return fn(self._conn)
+            except LeasectlError:
+                self._drop()
+                raise
+            except psycopg.Error as exc:  # a transaction's BEGIN or COMMIT on a connection that broke
+                self._drop()
+                raise translate_error(exc, "the metrics read") from exc
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+# ----------------------------------------------------------------------------- the collector
+
+
+def _label(value: str | None) -> str:
+    return "" if value is None else value
+
+
+def families_of(scrape: Scrape) -> list[Metric]:
+    """Every family /metrics shows, built from one read (no I/O here: tested on its own)."""
+    out: dict[str, GaugeMetricFamily] = {name: GaugeMetricFamily(name, doc, labels=labels)
+                              for name, (doc, labels) in GAUGES.items()}
+    out["leasectl_up"].add_metric([], 1)
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    holders: dict[tuple[str, str, str], dict[str, float]] = {}
+    unknown: dict[tuple[str, str], int] = {}
+    for row in scrape.live:
+        unknown.setdefault((row.tool, row.side_effect), 0)
+        for state in STATES:
+            calls.setdefault((row.tool, state), 0)
+        if row.state is None:
+            continue
+        calls[(row.tool, row.state)] += row.calls
+        if row.state == "outcome_unknown":
+            unknown[(row.tool, row.side_effect)] += row.calls
+        if row.state in ("running", "cancel_requested"):
+            key = (row.tool, _label(row.model), _label(row.provider))
+            agg = holders.setdefault(key, {"expired": 0, "unheard": 0})
+            agg["expired"] += row.expired_leases
+            agg["unheard"] += row.cancel_unheard
+            if row.oldest_heartbeat_age_seconds is not None:
+                agg["oldest"] = max(agg.get("oldest", row.oldest_heartbeat_age_seconds),
+                                    row.oldest_heartbeat_age_seconds)
+            if row.min_lease_left_seconds is not None:
+                agg["least"] = min(agg.get("least", row.min_lease_left_seconds), row.min_lease_left_seconds)
+    for (tool, state), n in sorted(calls.items()):
+        out["leasectl_calls"].add_metric([tool, state], n)
+    for (tool, side_effect), n in sorted(unknown.items()):
+        out["leasectl_outcome_unknown_calls"].add_metric([tool, side_effect], n)
+    for labels, agg in sorted(holders.items()):
+        if "oldest" in agg:
+            out["leasectl_oldest_heartbeat_age_seconds"].add_metric(list(labels), agg["oldest"])
+        if "least" in agg:
+            out["leasectl_min_lease_left_seconds"].add_metric(list(labels), agg["least"])
+        out["leasectl_expired_leases"].add_metric(list(labels), agg["expired"])
+        out["leasectl_cancel_unheard_calls"].add_metric(list(labels), agg["unheard"])
+    return [*out.values(), *_history_families(scrape.totals)]
+
+
+def _history_families(totals: list[TotalRow]) -> list[Metric]:
+    counters = {m: CounterMetricFamily(name, doc, labels=CALL_LABELS) for m, (name, doc) in COUNTERS.items()}
+    timeouts = CounterMetricFamily("leasectl_db_timeouts", "Database errors met by workers and operator actions, "
+                                   "by cause: lock_timeout (waiting for a row lock) apart from statement_timeout "
+                                   "(a heavy statement).", labels=["cause"])
+    histograms = {m: HistogramMetricFamily(name, doc, labels=CALL_LABELS) for m, (name, doc) in HISTOGRAMS.items()}
+    counted: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    causes = dict.fromkeys(CAUSES, 0)
+    observed: dict[tuple[str, str, str, str], dict[float, int]] = defaultdict(lambda: defaultdict(int))
+    sums: dict[tuple[str, str, str, str], float] = defaultdict(float)
+    bounds: list[float] = []
+    for t in totals:
+        key = (t.metric, t.tool, t.model, t.provider)
+        if t.metric in COUNTERS:
+            counted[key] += t.n
+        elif t.metric in ("lock_timeouts", "statement_timeouts"):
+            causes[t.metric.removesuffix("s")] += t.n
+        elif t.metric in HISTOGRAMS:
+            bounds = t.buckets
+            observed[key][t.le] += t.n
+            sums[key] += t.seconds
+    for (metric, *labels), n in sorted(counted.items()):
+        counters[metric].add_metric(labels, n)
+    for cause, n in causes.items():
+        timeouts.add_metric([cause], n)
+    for key, per_bucket in sorted(observed.items()):
+        cumulative, buckets = 0, []
+        for bound in [*bounds, float("inf")]:
+            cumulative += per_bucket.get(bound, 0)
+            buckets.append((_le(bound), cumulative))
+        histograms[key[0]].add_metric(list(key[1:]), buckets, sums[key])
+    return [*counters.values(), timeouts, *histograms.values()]
+
+
+def _le(bound: float) -> str:
+    if bound == float("inf"):
+        return "+Inf"
+    return repr(float(bound))
+
+
+def empty_families() -> list[Metric]:
+    """The families without samples: what describe() answers (registration never queries)."""
+    return [*(GaugeMetricFamily(name, doc, labels=labels) for name, (doc, labels) in GAUGES.items()),
+            *(CounterMetricFamily(name, doc, labels=CALL_LABELS) for name, doc in COUNTERS.values()),
+            CounterMetricFamily("leasectl_db_timeouts", "Database errors by cause.", labels=["cause"]),
+            *(HistogramMetricFamily(name, doc, labels=CALL_LABELS) for name, doc in HISTOGRAMS.values())]
+
+
+class LeasectlCollector:
+    """Reads on scrape, at most once per `cache_seconds` (failures are cached too: a dead database
+    is not hammered by a burst of scrapes)."""
+
+    def __init__(self, read: Callable[[], Scrape], *, cache_seconds: float = CACHE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read = read
+        self.cache_seconds = cache_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Metric]] | None = None
+        self._highest: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.reads = 0
+        self.last_error: str | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(empty_families())
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:  # scrapes that arrive together wait for the one read in flight
+            now = self._clock()
+            if self._cached is None or now - self._cached[0] >= self.cache_seconds:
+                self._cached = (now, self._families())
+            return iter(self._cached[1])
+
+    def _families(self) -> list[Metric]:
+        self.reads += 1
+        try:
+            scrape = self._read()
+        except Exception as exc:  # whatever failed, the answer is leasectl_up 0, never a 500
+            if not isinstance(exc, LeasectlError):
+                log.exception("the metrics read failed unexpectedly")
+            elif self.last_error != str(exc):
+                log.warning("database read failed, reporting leasectl_up 0: %s", sanitize(str(exc)))
+            self.last_error = str(exc)
+            up = GaugeMetricFamily("leasectl_up", GAUGES["leasectl_up"][0])
+            up.add_metric([], 0)
+            return [up]
+        if self.last_error is not None:
+            log.warning("database answers again")
+        self.last_error = None
+        families = families_of(scrape)
+        self._never_backwards(families)
+        return families
+
+    def _never_backwards(self, families: Iterable[Metric]) -> None:
+        """A counter's sample (a total, a bucket, a sum, a count) is never less than one reported
+        before by this exporter. From the database they only grow; this guards against a label set
+        changing under a series (a call's row rewritten or removed before its events were folded)."""
+        for family in families:
+            if family.type not in ("counter", "histogram"):
+                continue
+            for i, sample in enumerate(family.samples):
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                before = self._highest.get(key)
+                if before is not None and sample.value < before:
+                    log.warning("%s%s went down from %s to %s: reporting %s", sample.name, dict(key[1]),
+                                before, sample.value, before)
+                    family.samples[i] = sample._replace(value=before)
+                else:
+                    self._highest[key] = sample.value
+
+
+def make_registry(collector: LeasectlCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(collector)
+    return registry
+
+
+# ----------------------------------------------------------------------------- the rollup, off the hot path
+
+
+class Folder(threading.Thread):
+    """Every `every` seconds, fold the history that is a minute old into the rollup (migration
+    0008). A session that may not fold (read-only, the auditor) is told once; the counters stay
+    right, a scrape only reads a longer tail."""
+
+    def __init__(self, db: Database, stop: threading.Event, *, every: float = FOLD_EVERY_SECONDS,
+                 lag: float = FOLD_LAG_SECONDS) -> None:
+        super().__init__(name="leasectl-fold", daemon=True)
+        self.db = db
+        self.stop_event = stop
+        self.every = every
+        self.lag = lag
+        self.folds = 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.db.use(lambda conn: metrics.fold(conn, lag_seconds=self.lag))
+                self.folds += 1
+            except (ReadOnlySession, PermissionDenied) as exc:
+                log.warning("this session may not fold the metric totals (%s); scrapes read the whole tail "
+                            "of the history instead", sanitize(str(exc)))
+                return
+            except LeasectlError as exc:
+                log.info("fold skipped: %s", sanitize(str(exc)))
+            self.stop_event.wait(self.every)
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+
+def _app(registry: CollectorRegistry) -> Callable:
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return metrics_app(environ, start_response)
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"leasectl metrics exporter: see /metrics\n"]
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: leasectl serves /metrics\n"]
+
+    return app
+
+
+@dataclass
+class Exporter:
+    """The HTTP server, its collector and the folder, started together, stopped together."""
+
+    server: ThreadingWSGIServer
+    collector: LeasectlCollector
+    folder: Folder | None
+    stop_event: threading.Event
+    threads: list[threading.Thread]
+    databases: list[Database]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for db in self.databases:
+            db.close()
+
+
+def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, cache_seconds: float = CACHE_SECONDS,
+          fold_every: float | None = FOLD_EVERY_SECONDS, fold_lag: float = FOLD_LAG_SECONDS) -> Exporter:
+    """Listen on HOST:PORT and serve /metrics; `fold_every=None` leaves the rollup alone."""
+    host, port = parse_listen(listen)
+    reads = Database(dsn, read_only=read_only)
+    collector = LeasectlCollector(lambda: reads.use(metrics.scrape), cache_seconds=cache_seconds)
+    registry = make_registry(collector)
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    try:
+        server = make_server(host, port, _app(registry), Server, handler_class=_QuietHandler)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise LeasectlError(f"cannot listen on {sanitize(listen, max_chars=80)}: {reason}",
+                            hint="another process may hold the port; choose another with --listen HOST:PORT") from None
+    stop = threading.Event()
+    serving = threading.Thread(target=server.serve_forever, name="leasectl-exporter", daemon=True)
+    serving.start()
+    databases = [reads]
+    folder = None
+    if fold_every is not None:
+        folds = Database(dsn, read_only=read_only, application_name="leasectl-exporter-fold")
+        databases.append(folds)
+        folder = Folder(folds, stop, every=fold_every, lag=fold_lag)
+        folder.start()
+    return Exporter(server, collector, folder, stop, [serving, *([folder] if folder else [])], databases)
