@@ -59,7 +59,11 @@ test-pg15: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -n 4 -m "not slow and not wheel" tests
 
-bench: bench-protocol bench-console bench-bulk bench-metrics
+bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit
+
+.PHONY: bench-audit
+bench-audit: $(STAMP)
+	$(BIN)/python -m tests.bench.audit $(ARGS)
 
 bench-protocol: $(STAMP)
 	$(BIN)/python -m tests.bench.protocol $(ARGS)

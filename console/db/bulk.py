@@ -109,6 +109,9 @@ def snapshot(conn: Conn, *, where: JobFilter | None = None, ids: list[uuid.UUID]
     More than `limit` is bad input: the filter must be narrowed, never silently cut."""
     if where is None and not ids:
         raise BadInput("a bulk action needs a filter (--where) or marked calls", hint=grammar())
+    if where is not None and where.at is not None:
+        raise BadInput("at: selects how calls were in the past; a bulk action acts on what is true now",
+                       hint="drop at: from the filter")
     limit = LIMIT if limit is None else limit
     found = jobs(conn, where, ids=ids, limit=limit + 1)
     if len(found) > limit:

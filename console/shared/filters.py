@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 from console.shared.errors import BadInput
 from console.shared.models import HEALTHS, STATES, JobSummary
 from console.shared.text import sanitize
+from console.shared.times import parse_time
 
 SIDE_EFFECTS = {"read_only": "read_only", "read-only": "read_only", "verifiable": "mutating_verifiable",
                 "mutating_verifiable": "mutating_verifiable", "unverifiable": "mutating_unverifiable",
@@ -36,6 +37,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "model": ("model", "the model that asked (gpt-5.1)"),
     "provider": ("provider", "the model's provider (openai)"),
     "class": ("side_effect", "read_only, verifiable or unverifiable"),
+    "at": ("at", "an instant of the past, to see every call as it was then (2026-12-03T02:13Z, 2h)"),
 }
 _HEX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
 
@@ -61,6 +63,14 @@ class JobFilter(BaseModel):
     model: str | None = None
     provider: str | None = None
     side_effect: str | None = None
+    at: str | None = None  # as typed; resolved against the database's clock by whoever reads the past
+
+    @field_validator("at")
+    @classmethod
+    def _instant(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_time(value, what="at:")  # bad input now, not when the screen loads
+        return value
 
     @field_validator("state", "health")
     @classmethod
@@ -94,8 +104,13 @@ class JobFilter(BaseModel):
         by_field = {field: key for key, (field, _) in KEYS.items()}
         return " ".join(f"{by_field[k]}:{v}" for k, v in self.model_dump().items() if v)
 
+    def now(self) -> JobFilter:
+        """The same filter without `at:` (what is true now)."""
+        return self.model_copy(update={"at": None})
+
     def matches(self, job: JobSummary) -> bool:
-        """In-memory evaluation, the same as views/jobs.sql's WHERE clause."""
+        """In-memory evaluation, the same as views/jobs.sql's WHERE clause (`at:` is not about a
+        row: it says which moment the rows come from)."""
         return ((self.state is None or job.state == self.state)
                 and (self.tool is None or job.tool == self.tool)
                 and (self.owner is None or job.owner_id == self.owner)

@@ -32,11 +32,13 @@ from console.operator.tui.failures import describe_failure, ensure_log_file
 from console.operator.tui.messages import DataArrived, DataFailed, DbChanged, ListenerState
 from console.operator.tui.screens.action import GuardedDialog
 from console.operator.tui.screens.approvals import ApprovalsScreen
+from console.operator.tui.screens.audit import AuditScreen
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.calls import CallsScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.screens.fleet import FleetScreen
 from console.operator.tui.screens.help import HelpScreen
+from console.operator.tui.screens.metrics import MetricsScreen
 from console.operator.tui.screens.reconciliations import ReconciliationsScreen, RecordScreen
 from console.operator.tui.screens.triage import TriageScreen
 from console.operator.tui.state import Freshness
@@ -76,10 +78,12 @@ class LeasectlApp(App[None]):
         "approvals": ApprovalsScreen,
         "fleet": FleetScreen,
         "reconciliations": ReconciliationsScreen,
+        "audit": AuditScreen,
+        "metrics": MetricsScreen,
     }
     SCREEN_TITLES: ClassVar[dict[str, str]] = {
         "triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals", "fleet": "4 Fleet",
-        "reconciliations": "5 Reconciliations"}
+        "reconciliations": "5 Reconciliations", "audit": "6 Audit", "metrics": "7 Metrics"}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "switch_mode('triage')", "Triage", tooltip="Calls that need attention, worst first"),
         Binding("2", "switch_mode('calls')", "Calls", tooltip="All calls, filterable, paged"),
@@ -87,6 +91,8 @@ class LeasectlApp(App[None]):
         Binding("4", "switch_mode('fleet')", "Fleet", tooltip="The agent tree and shutdowns: drain or abort"),
         Binding("5", "switch_mode('reconciliations')", "Reconciliations",
                 tooltip="What each shutdown left: unaccounted agents, every call, every grant"),
+        Binding("6", "switch_mode('audit')", "Audit", show=False, tooltip="Who held a call when, the journal, export"),
+        Binding("7", "switch_mode('metrics')", "Metrics", show=False, tooltip="Metrics by tool, model, provider"),
         Binding("question_mark", "help", "Help", tooltip="Every key binding, and what the words mean"),
         Binding("r", "refresh", "Refresh", show=False, tooltip="Fetch now"),
         Binding("q", "quit", "Quit", tooltip="Leave leasectl"),

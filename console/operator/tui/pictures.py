@@ -74,6 +74,26 @@ SHOTS = [
     Shot("small_approvals", ["3"], until="may already have happened", size=SMALL, title="Approvals at 80x24"),
     Shot("small_fleet", ["4"], until="ingest-1", size=SMALL, title="Fleet at 80x24"),
 ]
+# 7 Metrics (issue 9)
+SHOTS += [
+    Shot("metrics", ["7"], until="stale writes/min",
+         title="7 Metrics: the seeds' metrics by tool, and the last hour per minute"),
+    Shot("metrics_by_model", ["7", "b"], until="by model: live now", title="7 Metrics by model (b switches)"),
+    Shot("small_metrics", ["7"], until="stale writes/min", size=SMALL, title="Metrics at 80x24"),
+]
+
+# 6 Audit (issue 13)
+AUDIT_ZOMBIE_THEN = [*list("job:b5c7e033"), "space", *list("at:2026-07-23T21:13:35Z")]
+SHOTS += [
+    Shot("audit", ["6"], until="Events across every call",
+         title="6 Audit: the history across every call, newest first, keyset pages"),
+    Shot("audit_owner", ["6", "slash", *AUDIT_ZOMBIE_THEN, "enter"], until="held by w-search-5",
+         title="6 Audit: who held the zombie's call at 21:13:35 (job: and at:), from the history alone"),
+    Shot("audit_journal", ["6", "j"], until="Operator journal",
+         title="6 Audit: the operator journal across calls and shutdowns (j)"),
+    Shot("small_audit", ["6", "slash", *AUDIT_ZOMBIE_THEN, "enter"], until="held by w-search-5", size=SMALL,
+         title="Audit at 80x24: the answer on top, then the events"),
+]
 
 
 def make_app(dsn: str, *, read_only: bool = False, operator: str = "dana") -> LeasectlApp:

@@ -96,7 +96,24 @@ class CallListScreen(PollingScreen):
                         "* marks all matching · u unmarks", style="bold")
             line.update(text)
 
+    def past_words(self) -> Text | None:
+        """With at:, the screen shows the past: said plainly, loud, on the filter line."""
+        if self.where.at is None:
+            return None
+        text = Text()
+        text.append(" THE PAST ", style="bold white on magenta")
+        text.append(f" every call as it was at {self.as_of_words()}, rebuilt from the history (not live; actions "
+                    "act on what is true now: esc clears at:)", style="bold magenta")
+        return text
+
+    def as_of_words(self) -> str:
+        return self.where.at or ""
+
     def _open_action(self, action: str) -> None:
+        if self.where.at is not None:
+            self.app.notify("This screen shows the past (at:). An action acts on what is true now: clear at: "
+                            "first (esc), then act.", title="The past", severity="warning")
+            return
         if not self.marked:
             super()._open_action(action)
             return
@@ -166,7 +183,7 @@ class CallListScreen(PollingScreen):
 
     def show_filter_line(self, *, matched: int | None = None, total: int | None = None) -> None:
         self.query_one(FilterLine).show_filter(self.where.describe(), matched=matched, total=total,
-                                               extra=self.moved_note)
+                                               extra=self.past_words() or self.moved_note)
 
 
 def no_match_words(where: JobFilter) -> str:

@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
-from console.db import bulk, reads
+from console.db import audit, bulk, reads
 from console.db.connect import Conn
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.calllist import CallListScreen
@@ -23,6 +23,7 @@ from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.filters import JobFilter, grammar
 from console.shared.models import JobSummary
+from console.shared.times import Instant, parse_time
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
 
@@ -50,6 +51,7 @@ class CallsScreen(CallListScreen):
         self.where = where or JobFilter()
         self.cursors: list[tuple[datetime, uuid.UUID] | None] = [None]  # page starts, for going back
         self.rows: list[JobSummary] = []
+        self.as_of: Instant | None = None
 
     def compose(self) -> ComposeResult:
         yield TopChrome()
@@ -60,6 +62,11 @@ class CallsScreen(CallListScreen):
         yield Footer()
 
     def load(self, conn: Conn) -> tuple[list[JobSummary], datetime]:
+        if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
+            now = reads.db_info(conn).db_now
+            self.as_of = parse_time(self.where.at, now=now, what="at:")
+            past = audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAGE, before=self.cursors[-1])
+            return list(past), now
         rows = reads.jobs(conn, self.where, before=self.cursors[-1], limit=PAGE)
         return rows, rows[0].db_now if rows else reads.db_info(conn).db_now
 
@@ -68,15 +75,24 @@ class CallsScreen(CallListScreen):
 
     def show(self, data: tuple[list[JobSummary], datetime]) -> None:
         self.rows, db_now = data
-        self.sync_table(self.rows, self.now() or db_now)
+        # in the past every age is measured at that instant, not now
+        moment = self.as_of.at if self.where.at is not None and self.as_of else (self.now() or db_now)
+        self.sync_table(self.rows, moment)
         self.show_filter_line()
+
+    def as_of_words(self) -> str:
+        return self.as_of.describe() if self.as_of else (self.where.at or "")
+
+    def tick(self, now: datetime) -> None:
+        if self.where.at is None:  # the past does not tick
+            super().tick(now)
 
     def show_filter_line(self, *, matched: int | None = None, total: int | None = None) -> None:
         page = Text()
         page.append(f"page {len(self.cursors)}", style="bold")
         page.append(f" · {len(self.rows)} calls" + (" (more: ])" if len(self.rows) == PAGE else "") + " · newest first")
         self.query_one(FilterLine).show_filter(self.where.describe(), extra=Text.assemble(
-            page, "  ", self.moved_note or ""))
+            page, "  ", self.past_words() or self.moved_note or ""))
 
     def filter_changed(self) -> None:
         self.cursors = [None]
@@ -86,6 +102,9 @@ class CallsScreen(CallListScreen):
     # ------------------------------------------------------------------ marks
     def action_mark_all(self) -> None:
         """Every call the filter matches, on every page (up to the bulk limit), read off the UI thread."""
+        if self.where.at is not None:
+            self.app.notify("The past (at:) cannot be acted on: clear at: first.", title="The past")
+            return
         self._mark_matching()
 
     @work(thread=True, exclusive=True, group="mark-all", exit_on_error=False)

@@ -47,9 +47,10 @@ class DetailScreen(PollingScreen):
         *CALL_ACTION_BINDINGS,
     ]
 
-    def __init__(self, job_id: uuid.UUID) -> None:
+    def __init__(self, job_id: uuid.UUID, at_event: int | None = None) -> None:
         super().__init__()
         self.job_id = job_id
+        self.at_event = at_event  # opened from the Audit screen at this event: highlighted, scrolled to
         self.crumb = f"call {str(job_id)[:8]}"
         self.detail: CallDetail | None = None
         self.reveal = False
@@ -87,14 +88,33 @@ class DetailScreen(PollingScreen):
         self.query_one("#timeline", Static).update(Group(present.ownership_table(data.events), Text(""),
                                                          present.operator_actions(data.events)))
         self.query_one("#lineage", Static).update(present.lineage_table(data.lineage))
-        self.query_one("#history", Static).update(present.history_table(data.events,
-                                                                        compact=self.size.width < NARROW))
-        if previous is None and self.size.width >= NARROW:
+        history = present.history_table(data.events, compact=self.size.width < NARROW)
+        at = next((i for i, e in enumerate(data.events) if e.id == self.at_event), None)
+        if at is not None:
+            history.rows[at].style = "reverse"
+        self.query_one("#history", Static).update(history)
+        if previous is None and at is not None:
+            self.call_after_refresh(self._scroll_to_event, at, len(history.columns) < 7)
+        elif previous is None and self.size.width >= NARROW:
             # the latest events first in view (the refusals of a zombie, the last operator action)
             self.call_after_refresh(self.query_one("#history-pane", VerticalScroll).scroll_end, animate=False)
         if self.reveal and previous is not None and previous.state != data.job.state:
             self._fetch_preview()  # the result may have just arrived
         self._show_payload()
+
+    def _scroll_to_event(self, index: int, compact: bool) -> None:
+        """Bring the highlighted event into view: as far down as the history above it is tall."""
+        if self.detail is None:
+            return
+        pane = self.query_one("#history-pane", VerticalScroll)
+        above = present.history_table(self.detail.events[:index], compact=compact)
+        width = max(pane.scrollable_content_region.width, 20)
+        lines = len(self.app.console.render_lines(above, self.app.console.options.update_width(width), pad=False))
+        if self.size.width >= NARROW:
+            pane.scroll_to(y=max(lines - 4, 0), animate=False)
+        else:  # stacked panes: the outer column scrolls
+            body = self.query_one("#detail-body", VerticalScroll)
+            body.scroll_to(y=max(pane.virtual_region.y + lines - 4, 0), animate=False)
 
     def tick(self, now: datetime) -> None:
         if self.detail and self.detail.job:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from rich.table import Table
@@ -9,7 +10,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
-from console.db import reads
+from console.db import audit, reads
 from console.db.connect import Conn
 from console.operator.present.words import clock, one_line
 from console.operator.tui.screens.calllist import CallListScreen, no_match_words
@@ -19,7 +20,9 @@ from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.filters import grammar
-from console.shared.models import TriageSnapshot
+from console.shared.health import HEALTH_RANK
+from console.shared.models import Counts, JobSummary, TriageSnapshot
+from console.shared.times import Instant, parse_time
 
 # at 80 columns: the id, its health, the lease and the heartbeat stay; the rest gives way first
 COLUMNS = [
@@ -39,6 +42,14 @@ class TriageScreen(CallListScreen):
     def __init__(self) -> None:
         super().__init__()
         self.snapshot: TriageSnapshot | None = None
+        self.as_of: Instant | None = None
+
+    def as_of_words(self) -> str:
+        return self.as_of.describe() if self.as_of else (self.where.at or "")
+
+    def tick(self, now: datetime) -> None:
+        if self.where.at is None:  # the past does not tick
+            super().tick(now)
 
     def compose(self) -> ComposeResult:
         yield TopChrome()
@@ -52,6 +63,10 @@ class TriageScreen(CallListScreen):
         yield Footer()
 
     def load(self, conn: Conn) -> TriageSnapshot:
+        if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
+            now = reads.db_info(conn).db_now
+            self.as_of = parse_time(self.where.at, now=now, what="at:")
+            return past_triage(audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAST_LIMIT), now)
         return reads.triage(conn)
 
     def db_now_of(self, data: TriageSnapshot) -> datetime:
@@ -61,7 +76,8 @@ class TriageScreen(CallListScreen):
         self.snapshot = data
         self.query_one(CountsStrip).update_counts(data.counts)
         rows = [r for r in data.rows if self.where.matches(r)]
-        self.sync_table(rows, self.now() or data.counts.db_now)
+        past = self.where.at is not None and self.as_of is not None
+        self.sync_table(rows, self.as_of.at if past and self.as_of else (self.now() or data.counts.db_now))
         self.show_filter_line(matched=len(rows) if not self.where.empty else None, total=len(data.rows))
         self.query_one("#recent", Static).update(self._recent(data))
         empty = self.query_one("#empty", Static)
@@ -75,7 +91,11 @@ class TriageScreen(CallListScreen):
                              f"{c.queued} queued.")
 
     def filter_changed(self) -> None:
-        if self.snapshot is not None:
+        if self.where.at is not None or (self.snapshot is not None and self.as_of is not None):
+            self.as_of = None if self.where.at is None else self.as_of
+            self.fetch()  # the past (or back to now) is another read, not another view of this one
+            self.show_filter_line()
+        elif self.snapshot is not None:
             self.show(self.snapshot)
         else:
             self.show_filter_line()
@@ -97,3 +117,28 @@ class TriageScreen(CallListScreen):
         if not data.recent:
             table.add_row("", "", "", Text("nothing notable", "dim"), "")
         return table
+
+
+PAST_LIMIT = 10_000  # calls rebuilt for triage at an instant of the past
+
+
+def past_triage(calls: Sequence[JobSummary], now: datetime) -> TriageSnapshot:
+    """Triage as it was: the counts and the calls that needed attention then, from calls rebuilt
+    from the history (heartbeats are not journaled: "stale beats" is not said of the past)."""
+    def n(predicate: Callable[[JobSummary], bool]) -> int:
+        return sum(1 for c in calls if predicate(c))
+
+    at = calls[0].db_now if calls else now
+    counts = Counts(needs_human=n(lambda c: c.state == "outcome_unknown"),
+                    expired_unswept=n(lambda c: c.health == "lease_expired"),
+                    cancel_unheard=n(lambda c: c.health == "cancel_unheard"),
+                    over_stage_timeout=n(lambda c: c.health == "over_stage_timeout"),
+                    running=n(lambda c: c.state == "running"),
+                    cancel_requested=n(lambda c: c.state == "cancel_requested"),
+                    queued=n(lambda c: c.state == "queued"), zombies=n(lambda c: c.health == "zombie"),
+                    failed_last_hour=n(lambda c: c.state == "failed" and c.finished_at is not None
+                                       and (at - c.finished_at).total_seconds() <= 3600),
+                    db_now=now)
+    attention = sorted((c for c in calls if c.health not in (None, "healthy")),
+                       key=lambda c: (HEALTH_RANK.get(c.health or "healthy", 9), c.created_at))
+    return TriageSnapshot(counts=counts, rows=attention[:200], recent=[])

@@ -1,0 +1,238 @@
+"""What the auditor reads: ownership at an instant, the operator journal, the whole history exported
+or verified, every call as it was at an instant. Read-only, from the history alone (the rules are
+console.shared.audit's); the SQL is queries/audit/.
+
+Exports and verify stream through a server-side (named) cursor inside one read-only snapshot: the
+client holds one batch of rows at a time, whatever the range, and each FETCH is a short statement.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import IO, Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from console.db import sql
+from console.db.connect import Conn, run, run_one, translate_error
+from console.db.reads import db_info, history, resolve
+from console.shared.audit import (
+    EXPORT_COLUMNS,
+    AuditFilter,
+    AuditPage,
+    CallReplay,
+    JobAsOf,
+    OperatorAction,
+    OwnerAt,
+    Step,
+    VerifyReport,
+    Violation,
+    owner_at,
+)
+from console.shared.errors import BadInput
+from console.shared.filters import JobFilter
+from console.shared.health import id_range
+from console.shared.models import Event
+from console.shared.text import sanitize, terminal_safe
+from console.shared.times import Instant
+
+EXPORT_CURSOR = "leasectl_audit_export"
+VERIFY_CURSOR = "leasectl_audit_verify"
+BATCH = 2_000  # rows per FETCH: the most the client holds at once
+Progress = Callable[[int, int | None], None]
+
+
+def now(conn: Conn) -> datetime:
+    """The database's (display) clock: what an age such as `2h` is measured back from."""
+    return db_info(conn).db_now
+
+
+# ----------------------------------------------------------------------------- owner
+
+
+def owner(conn: Conn, job_id: uuid.UUID, at: Instant) -> OwnerAt:
+    """Who held the call's lease at `at`, from its history alone (one snapshot of it)."""
+    return owner_at(job_id, history(conn, job_id), at)
+
+
+# ----------------------------------------------------------------------------- the operator journal
+
+
+def operator_actions(conn: Conn, *, operator: str | None = None, job_id: uuid.UUID | None = None,
+                     agent: str | None = None, action: str | None = None, outcome: str | None = None,
+                     since: datetime | None = None, until: datetime | None = None,
+                     limit: int = 100) -> list[OperatorAction]:
+    """Every operator action across calls and shutdowns, newest first; filters combine."""
+    rows = run(conn, "audit/operator_actions", operator=operator, job_id=job_id, agent=agent, action=action,
+               outcome=outcome, since=since, until=until, limit=limit)
+    return [OperatorAction.model_validate(r) for r in rows]
+
+
+# ----------------------------------------------------------------------------- the Audit screen
+
+
+def events_page(conn: Conn, f: AuditFilter, *, job_id: uuid.UUID | None = None, before_id: int | None = None,
+                limit: int = 200) -> list[Event]:
+    """One keyset page of events across calls, newest first (the screen's `[` `]`)."""
+    rows = run(conn, "audit/events_page", job_id=job_id, owner=f.owner, operator=f.operator, kind=f.kind,
+               since=f.since, until=f.upto, before_id=before_id, limit=limit)
+    return [Event.model_validate(r) for r in rows]
+
+
+def screen_page(conn: Conn, f: AuditFilter, *, view: str = "events", before_id: int | None = None,
+                limit: int = 200) -> AuditPage:
+    """What the Audit screen shows, in one snapshot: a page of events (or of the operator journal)
+    for the filter, and with job: and at: who held that call then."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        current = now(conn)
+        try:
+            job_id = resolve(conn, f.job) if f.job else None
+        except BadInput as exc:
+            return AuditPage(view="journal" if view == "journal" else "events", problem=str(exc), db_now=current)
+        instant = f.instant()
+        answer = owner(conn, job_id, instant) if job_id is not None and instant is not None else None
+        if view == "journal":
+            return AuditPage(view="journal", job_id=job_id, owner=answer, db_now=current,
+                             actions=operator_actions(conn, operator=f.operator, job_id=job_id, since=f.since,
+                                                      until=f.upto, limit=limit))
+        return AuditPage(view="events", job_id=job_id, owner=answer, db_now=current,
+                         events=events_page(conn, f, job_id=job_id, before_id=before_id, limit=limit))
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def count_events(conn: Conn, *, since: datetime | None = None, until: datetime | None = None,
+                 job_id: uuid.UUID | None = None, owner: str | None = None, operator: str | None = None,
+                 kind: str | None = None) -> dict[str, Any]:
+    row = run_one(conn, "audit/export_count", since=since, until=until, job_id=job_id, owner=owner,
+                  operator=operator, kind=kind)
+    assert row is not None
+    return row
+
+
+def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str,
+           batch: int = BATCH) -> Iterator[list[tuple[Any, ...]]]:
+    """Batches of rows of queries/<name>.sql through a server-side cursor. Must run inside a
+    transaction (the cursor lives as long as it)."""
+    query = sql.load(name)
+    values = query.bind(params)
+    try:
+        with conn.cursor(name=cursor_name, row_factory=tuple_row) as cur:
+            cur.execute(query.text, values)
+            while rows := cur.fetchmany(batch):
+                yield rows
+    except psycopg.Error as exc:
+        raise translate_error(exc, query.path) from exc
+
+
+def export(conn: Conn, out: IO[str], *, fmt: str = "jsonl", since: datetime | None = None,
+           until: datetime | None = None, job_id: uuid.UUID | None = None, owner: str | None = None,
+           operator: str | None = None, kind: str | None = None, with_db_role: bool = False,
+           on_progress: Progress | None = None, for_terminal: bool = False, batch: int = BATCH) -> dict[str, Any]:
+    """Write every job_events row in the range to `out`, oldest first (id order), as typed JSONL or
+    CSV with a header; return the count and the range's first and last instant. One read-only
+    snapshot: the count and the rows agree. `on_progress(done, total)` after each batch (it may
+    raise to stop: the caller's file is then not renamed into place). `for_terminal`: CSV values
+    pass terminal_safe (a terminal must not act on them); JSONL is always ASCII (exact, escaped).
+    owner / operator / kind: the Audit screen's filter (the CLI gives since, until and job_id)."""
+    if fmt not in ("jsonl", "csv"):
+        raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
+    params: dict[str, Any] = {"since": since, "until": until, "job_id": job_id, "owner": owner, "operator": operator,
+                              "kind": kind}
+    written = 0
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        counted = count_events(conn, **params)
+        total = int(counted["events"])
+        if on_progress:
+            on_progress(0, total)
+        if fmt == "jsonl":
+            for rows in stream(conn, "audit/export_jsonl", {**params, "with_db_role": with_db_role},
+                               cursor_name=EXPORT_CURSOR, batch=batch):
+                out.write("".join(_ascii_line(r[0]) for r in rows))
+                written += len(rows)
+                if on_progress:
+                    on_progress(written, total)
+        else:
+            writer = csv.writer(out, lineterminator="\n")
+            columns = [*EXPORT_COLUMNS, "db_role"] if with_db_role else list(EXPORT_COLUMNS)
+            writer.writerow(columns)
+            width = len(columns)
+            for rows in stream(conn, "audit/export_csv", params, cursor_name=EXPORT_CURSOR, batch=batch):
+                if for_terminal:
+                    writer.writerows([[terminal_safe(v) if v else v for v in r[:width]] for r in rows])
+                else:
+                    writer.writerows(r[:width] for r in rows)
+                written += len(rows)
+                if on_progress:
+                    on_progress(written, total)
+    return {"events": written, "first_at": counted["first_at"], "last_at": counted["last_at"]}
+
+
+def _ascii_line(line: str) -> str:
+    """The server's JSON, with every non-ASCII character escaped (exact, and safe on a terminal:
+    PostgreSQL escapes control characters below 0x20 but not C1 controls or bidi overrides)."""
+    if line.isascii():
+        return line + "\n"
+    return json.dumps(json.loads(line), ensure_ascii=True, separators=(", ", " : ")) + "\n"
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress | None = None,
+           batch: int = BATCH) -> VerifyReport:
+    """Replay every call's history (or every call with an event since `since`) and list what breaks
+    the protocol. One read-only snapshot, streamed: one call's events in memory at a time."""
+    t0 = time.perf_counter()
+    violations: list[Violation] = []
+    calls = events = 0
+    replay: CallReplay | None = None
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        checked_at = now(conn)
+        for rows in stream(conn, "audit/verify_events", {"since": since}, cursor_name=VERIFY_CURSOR, batch=batch):
+            for (event_id, job_id, at, kind, token, state_from, state_to, owner_from, owner_to, lease_until,
+                 previous, actor) in rows:
+                if replay is None or replay.job_id != job_id:
+                    if replay is not None:
+                        violations.extend(replay.finish().violations)
+                    replay = CallReplay(job_id)
+                    calls += 1
+                replay.feed(Step(event_id, at, kind, token, state_from, state_to, owner_from, owner_to,
+                                 lease_until, previous, actor))
+            events += len(rows)
+            if on_progress:
+                on_progress(events, None)
+        if replay is not None:
+            violations.extend(replay.finish().violations)
+    return VerifyReport(ok=not violations, since=since, calls=calls, events=events, violations=violations,
+                        checked_at=checked_at, seconds=time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- everything as it was at T
+
+
+def jobs_at(conn: Conn, at: datetime, where: JobFilter | None = None, limit: int = 200, *,
+            before: tuple[datetime, uuid.UUID] | None = None) -> list[JobAsOf]:
+    """Every call as it was at `at`, newest first, rebuilt from the history only: rows shaped like
+    views/jobs.sql's (JobSummary) plus as_of, so the calls screens can show them. `where` filters by
+    what never changes (tool, agent, key, id, model, provider, class) and by the rebuilt state,
+    owner and health. Pass the last row's (created_at, id) as `before` for the next page."""
+    f = where or JobFilter()
+    low = high = None
+    if f.id_prefix:
+        low, high = id_range(f.id_prefix)
+    rows = run(conn, "audit/jobs_at", at=at, tool=f.tool, agent=f.agent, key_prefix=f.key_prefix, id_low=low,
+               id_high=high, model=f.model, provider=f.provider, side_effect=f.side_effect, state=f.state,
+               owner=f.owner, health=f.health, before_created=before[0] if before else None,
+               before_id=before[1] if before else None, limit=limit)
+    return [JobAsOf.model_validate(r) for r in rows]

@@ -1,0 +1,299 @@
+"""`leasectl audit`: the auditor's tools. Read-only: every command works as a login role of
+leasectl_auditor and under --read-only. TIME is ISO 8601 (without an offset: local time, and the
+output says which zone it used) or an age (`90s`, `15m`, `2h`, `3d`: that long before the
+database's clock). Exit codes as elsewhere (0 done, 1 anything else, 2 bad input), plus 4 when
+`audit verify` finds a violation."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from console.db import audit as audit_db
+from console.db import reads
+from console.db.connect import Conn, connect, run
+from console.db.migrate import check_compatible
+from console.operator.cli.common import (
+    DsnOption,
+    JobArgument,
+    JsonOption,
+    app,
+    dsn_option,
+    err,
+    friendly,
+    out,
+    print_json,
+    read_only_option,
+)
+from console.operator.present import audit as words
+from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
+from console.shared.errors import BadInput
+from console.shared.files import atomic_write
+from console.shared.filters import JobFilter
+from console.shared.models import JobSummary
+from console.shared.text import sanitize
+from console.shared.times import TIME_FORMS, Instant, check_range, parse_time
+
+audit_app = typer.Typer(name="audit", no_args_is_help=True, add_completion=False,
+                        help="Read-only audit of the history: who held a call when, what operators did, the "
+                             "whole history exported, and verified.")
+app.add_typer(audit_app, name="audit")
+
+TIME_HELP = f"TIME: {TIME_FORMS}"
+SinceOption = Annotated[str | None, typer.Option("--since", help=f"From this time on ({TIME_HELP})",
+                                                 show_default=False)]
+UntilOption = Annotated[str | None, typer.Option("--until", help=f"Up to this time ({TIME_HELP})",
+                                                 show_default=False)]
+
+
+def connect_for_audit(dsn: str | None) -> Conn:
+    """A reading session with the auditor's limits (0002 gives leasectl_auditor the same): read-only
+    in the database, as leasectl_auditor where the role may, when --read-only was given."""
+    read_only = read_only_option()
+    conn = connect(dsn_option(dsn), read_only=read_only, limits=AUDIT_LIMITS)
+    try:
+        if read_only:
+            run(conn, "meta/assume_auditor")
+        check_compatible(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _time(conn: Conn, text: str | None, what: str) -> Instant | None:
+    return parse_time(text, now=audit_db.now(conn), what=what) if text is not None else None
+
+
+def _range(conn: Conn, since: str | None, until: str | None) -> tuple[Instant | None, Instant | None]:
+    start, end = _time(conn, since, "--since"), _time(conn, until, "--until")
+    check_range(start, end)
+    return start, end
+
+
+def _job(conn: Conn, job: str | None) -> Any:
+    return reads.resolve(conn, job) if job is not None else None
+
+
+def _zone_note(*instants: Instant | None) -> None:
+    """Say which zone a time without an offset was read in (the output's times are UTC)."""
+    for i in instants:
+        if i is not None and i.zone.startswith("local"):
+            err.print(f"[dim]'{sanitize(i.text, max_chars=60)}' read as {sanitize(i.zone)}: {i.at.isoformat()}[/]")
+
+
+# ----------------------------------------------------------------------------- owner
+
+
+@audit_app.command("owner")
+@friendly
+def owner_command(
+    job: JobArgument,
+    at: Annotated[str, typer.Option("--at", help=f"The instant ({TIME_HELP})", show_default=False)],
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Who held the call's lease at that instant (from the history alone).
+
+    With which token, from when until when, and how it ended. A renewal is not an ownership change;
+    a lease that ran out is not held after it ran out; exactly at the claim it is held, exactly at
+    the expiry it is not."""
+    with connect_for_audit(dsn) as conn:
+        job_id = reads.resolve(conn, job)
+        instant = _time(conn, at, "--at")
+        assert instant is not None
+        answer = audit_db.owner(conn, job_id, instant)
+    if as_json:
+        print_json(answer.contract())
+        return
+    _zone_note(instant)
+    out.print(words.owner_group(answer))
+
+
+# ----------------------------------------------------------------------------- actions
+
+
+@audit_app.command("actions")
+@friendly
+def actions_command(
+    operator: Annotated[str | None, typer.Option("--operator", help="Only this operator's actions",
+                                                 show_default=False)] = None,
+    job: Annotated[str | None, typer.Option("--job", help="Only this call (an id or a unique prefix)",
+                                            show_default=False)] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only calls of this agent, and shutdowns of "
+                                              "the subtree it roots", show_default=False)] = None,
+    action: Annotated[str | None, typer.Option("--action", help=" | ".join(ACTIONS), show_default=False)] = None,
+    outcome: Annotated[str | None, typer.Option("--outcome", help=" | ".join(OUTCOMES), show_default=False)] = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many, newest first")] = 100,
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """The operator journal across every call and every shutdown, newest first.
+
+    Applied, refused and failed (a lock or statement timeout) cancels, mark-terminals, approvals,
+    drains and aborts. Filters combine."""
+    if action is not None and action not in ACTIONS:
+        raise BadInput(f"--action {sanitize(action, max_chars=40)}: use {', '.join(ACTIONS)}")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise BadInput(f"--outcome {sanitize(outcome, max_chars=40)}: use {', '.join(OUTCOMES)}")
+    with connect_for_audit(dsn) as conn:
+        start, end = _range(conn, since, until)
+        rows = audit_db.operator_actions(conn, operator=operator, job_id=_job(conn, job), agent=agent, action=action,
+                                         outcome=outcome, since=start.at if start else None,
+                                         until=end.at if end else None, limit=limit)
+    if as_json:
+        print_json([r.contract() for r in rows])
+        return
+    _zone_note(start, end)
+    out.print(words.actions_block(rows))
+    if not rows:
+        err.print("no operator action matches")
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def _target(output: Path | None) -> Path | None:
+    """The file to write, checked before anything is read: bad input writes nothing."""
+    if output is None:
+        return None
+    path = Path(os.path.expanduser(str(output)))
+    if path.is_dir():
+        raise BadInput(f"--output {sanitize(str(path))} is a directory: give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise BadInput(f"--output: the directory {sanitize(str(parent))} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise BadInput(f"--output: the directory {sanitize(str(parent))} is not writable")
+    return path
+
+
+def _progress() -> Progress | None:
+    """A progress bar on a terminal (stderr); nothing at all when stderr is not one."""
+    if not err.is_terminal:
+        return None
+    return Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
+                    TimeElapsedColumn(), console=err, transient=True)
+
+
+def _silence_stdout() -> None:
+    """The reader went away: later flushes of stdout (at exit) must not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+@audit_app.command("export")
+@friendly
+def export_command(
+    since: SinceOption = None,
+    until: UntilOption = None,
+    job: Annotated[str | None, typer.Option("--job", help="Only this call's events (an id or a unique prefix)",
+                                            show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl (typed, one object a line) or csv (with a "
+                                                      "header; details as JSON text)")] = "jsonl",
+    output: Annotated[Path | None, typer.Option("--output", help="Write to this file (under a temporary name, "
+                                                "renamed when complete); default: standard output",
+                                                show_default=False)] = None,
+    with_db_role: Annotated[bool, typer.Option("--with-db-role", help="Add db_role: the database role that "
+                                               "caused each event (beside the actor the client named)")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Every job_events row in the range, oldest first (typed JSONL or CSV).
+
+    Keys id, job_id, at, kind, actor, fencing_token, state_from, state_to, owner_from, owner_to,
+    lease_until, details. Streamed in bounded memory; an interrupted export says so, exits non-zero,
+    and never leaves a partial file."""
+    if fmt not in EXPORT_FORMATS:
+        raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
+    path = _target(output)
+    done = [0]
+    bar = _progress()
+    task: TaskID | None = None
+
+    def progress(count: int, total: int | None) -> None:
+        done[0] = count
+        if bar is not None and task is not None:
+            bar.update(task, completed=count, total=total)
+
+    with connect_for_audit(dsn) as conn:
+        start, end = _range(conn, since, until)
+        job_id = _job(conn, job)
+        arguments: dict[str, Any] = dict(fmt=fmt, since=start.at if start else None, until=end.at if end else None,
+                                         job_id=job_id, with_db_role=with_db_role, on_progress=progress)
+        _zone_note(start, end)
+        try:
+            with bar if bar is not None else nullcontext():
+                if bar is not None:
+                    task = bar.add_task("export", total=None)
+                if path is not None:
+                    with atomic_write(path, newline="") as handle:
+                        summary = audit_db.export(conn, handle, **arguments)
+                else:
+                    summary = audit_db.export(conn, sys.stdout, for_terminal=sys.stdout.isatty(), **arguments)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            where = (f"nothing was written to {sanitize(str(path))} (no partial file)" if path is not None
+                     else "the output above is incomplete")
+            err.print(f"[bold red]interrupted[/] after {done[0]:,} events: {where}")
+            raise typer.Exit(1) from None
+        except BrokenPipeError:
+            _silence_stdout()
+            err.print(f"[bold red]export stopped[/]: the reader closed the pipe after {done[0]:,} events; "
+                      "the output is incomplete")
+            raise typer.Exit(1) from None
+    if path is not None or err.is_terminal:
+        span = (f", {words.when(summary['first_at'])} .. {words.when(summary['last_at'])}"
+                if summary["events"] else "")
+        target = sanitize(str(path)) if path is not None else "standard output"
+        err.print(f"wrote {summary['events']:,} events to {target} ({fmt}, oldest first{span})")
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+@audit_app.command("verify")
+@friendly
+def verify_command(
+    since: SinceOption = None,
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Replay each call's history and check the protocol held (exit 4 on a violation).
+
+    Leases never overlapped (two owners at one instant), tokens never fell, a finished call finished
+    once, every ownership change has its event. Exit 0 when all hold, 4 when any violation is found
+    (each listed with the call, the events and why)."""
+    with connect_for_audit(dsn) as conn:
+        start = _time(conn, since, "--since")
+        report = audit_db.verify(conn, since=start.at if start else None)
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        _zone_note(start)
+        out.print(words.verify_words(report))
+    if not report.ok:
+        raise typer.Exit(4)
+
+
+# ----------------------------------------------------------------------------- jobs --at
+
+
+def jobs_as_of(conn: Conn, at: str, where: JobFilter, limit: int) -> list[JobSummary]:
+    """`leasectl jobs --at TIME`: every call as it was then, from the history only (same keys as
+    `jobs --json`, plus as_of). The past is said plainly, on stderr (stdout stays the rows)."""
+    instant = parse_time(at, now=audit_db.now(conn), what="--at")
+    rows = audit_db.jobs_at(conn, instant.at, where, limit)
+    err.print(f"[bold]as it was at {words.instant_words(instant.at, instant.zone)}[/] — rebuilt from the history "
+              "(heartbeats are not journaled: no heartbeat ages; the lease as the next event found it)")
+    return list[JobSummary](rows)

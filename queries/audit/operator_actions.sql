@@ -1,0 +1,59 @@
+-- Purpose: the operator journal across every call and every shutdown, newest first. A call's
+--   cancel, mark terminal and approve retry are job_events operator_cancel / operator_mark_terminal
+--   / operator_approve_retry (outcome applied or refused, from details.outcome); an action that
+--   never reached its guard (a row lock, a statement timeout) is operator_action_failed with
+--   details.action and details.cause (outcome failed). A drain or an abort of a subtree is
+--   fleet_events shutdown_requested (applied) or shutdown_refused (refused), details.mode. Filters
+--   combine; each null means no filter. A call's agent is tool_jobs.agent_id (it never changes);
+--   a shutdown's agent is the subtree's root; job_id selects calls only (a shutdown is no call's).
+--   Served by job_events_operator_idx / fleet_events_operator_idx (actor, at) for one operator,
+--   job_events_notable_idx and fleet_events_operator_at_idx (at) otherwise (migration 0007).
+-- Zero rows: no operator action matches.
+-- Parameters: operator, job_id, agent, action, outcome, since, until, limit
+with calls as (
+    select e.id as event_id, e.at, e.actor as operator,
+           case when e.kind = 'operator_action_failed' then e.details ->> 'action'
+                else substr(e.kind, 10) end as action,
+           case when e.kind = 'operator_action_failed' then 'failed'
+                else e.details ->> 'outcome' end as outcome,
+           e.job_id, j.agent_id, e.reason, e.request_id, e.fencing_token, e.details, 'call' as source
+    from job_events e
+    left join tool_jobs j on j.id = e.job_id
+    where e.kind in ('operator_cancel', 'operator_mark_terminal', 'operator_approve_retry',
+                     'operator_action_failed')
+      and (:operator::text is null or e.actor = :operator::text)
+      and (:job_id::uuid is null or e.job_id = :job_id::uuid)
+      and (:agent::text is null or j.agent_id = :agent::text)
+      and (:since::timestamptz is null or e.at >= :since::timestamptz)
+      and (:until::timestamptz is null or e.at <= :until::timestamptz)
+      and (:action::text is null
+           or case when e.kind = 'operator_action_failed' then e.details ->> 'action'
+                   else substr(e.kind, 10) end = :action::text)
+      and (:outcome::text is null
+           or case when e.kind = 'operator_action_failed' then 'failed'
+                   else e.details ->> 'outcome' end = :outcome::text)
+    order by e.at desc, e.id desc
+    limit :limit::integer
+),
+fleet as (
+    select f.id as event_id, f.at, f.actor as operator, f.details ->> 'mode' as action,
+           case when f.kind = 'shutdown_requested' then 'applied' else 'refused' end as outcome,
+           null::uuid as job_id, f.agent_id, f.reason, f.request_id, null::bigint as fencing_token,
+           f.details || jsonb_strip_nulls(jsonb_build_object('shutdown_id', f.shutdown_id)) as details,
+           'fleet' as source
+    from fleet_events f
+    where f.kind in ('shutdown_requested', 'shutdown_refused')
+      and :job_id::uuid is null
+      and (:operator::text is null or f.actor = :operator::text)
+      and (:agent::text is null or f.agent_id = :agent::text)
+      and (:since::timestamptz is null or f.at >= :since::timestamptz)
+      and (:until::timestamptz is null or f.at <= :until::timestamptz)
+      and (:action::text is null or f.details ->> 'mode' = :action::text)
+      and (:outcome::text is null
+           or case when f.kind = 'shutdown_requested' then 'applied' else 'refused' end = :outcome::text)
+    order by f.at desc, f.id desc
+    limit :limit::integer
+)
+select * from (select * from calls union all select * from fleet) journal
+order by at desc, source, event_id desc
+limit :limit::integer

@@ -1,0 +1,299 @@
+"""Benchmark: the auditor's tools over a big history, each figure with its conditions and, where one
+makes sense, a reference measured in the same run.
+
+    python -m tests.bench.audit [--dsn DSN] [--calls 100000] [--runs 200]
+
+Data: `calls` finished calls with ten events each (1,000,000 events by default) spread over a month,
+seeded in exact mode (session_replication_role = replica, superuser) by queries/audit/bench_seed_*.sql:
+insert ... select from generate_series, the rows exactly as the triggers would have written them
+(kinds, tokens, owners, leases, previous_lease_until; `audit verify` must find them clean), in time
+order so that ids follow time. One call in twenty has an operator cancel, one a refused
+mark-terminal, one a lock-timeout failure: 15,000 operator rows by 40 operators.
+
+  audit owner          who held a random call at a random instant of its life (median, p95;
+                       aim <= 10 ms); reference: reading that call's current row
+  audit actions        --operator op-N, newest 100 (median, p95; aim <= 10 ms); reference: the
+                       same without --operator
+  screen first page    the Audit screen's data call, no filter (aim <= 50 ms); with job: and at:;
+                       with owner: (a walk newest first until the page is full)
+  export               the CLI writing JSONL (and CSV) to a file, in a subprocess: events/s
+                       (aim >= 100,000/s) and the process's peak RSS (getrusage) for 10,000 and for
+                       1,000,000 events (aim: the same); reference: a plain select of the same rows
+                       through the same server-side cursor, nothing written
+  verify               the whole history (aim <= 30 s); reference: reading the same rows plainly
+  jobs --at            every call rebuilt at one instant (aim <= 2 s): at the end of the history
+                       (all calls) and in its middle; reference: `jobs` of every call now
+  write path           100,000 claim/state events inserted with and without the indexes of
+                       migration 0007, alternated (the protocol benchmark is the end-to-end check:
+                       python -m tests.bench.protocol, before and after)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from console.db import audit as audit_db
+from console.db import reads
+from console.db.connect import connect, run, run_one
+from console.shared.audit import AUDIT_LIMITS, parse_audit_filter
+from console.shared.config import SessionLimits
+from console.shared.times import Instant
+from tests.bench.common import BenchServer, bench_server, machine_facts
+
+BENCH_TOOL = dict(name="bench_audit", side_effect="read_only", lease_seconds=60, heartbeat_seconds=10,
+                  missed_heartbeats=2, jitter_seconds=10, max_attempts=5, stage_timeout_seconds=None,
+                  description="audit benchmark")
+EVENTS_PER_CALL = 10
+UNLIMITED = SessionLimits(statement_timeout_ms=0, lock_timeout_ms=0, idle_in_transaction_ms=0)
+
+
+def seeded(server: BenchServer, calls: int) -> tuple[str, float]:
+    dsn = server.leasectl_database()
+    t0 = time.perf_counter()
+    with connect(dsn, limits=UNLIMITED) as conn:
+        run(conn, "admin/register_tool", **BENCH_TOOL)
+        base = conn.execute("select now() - %s * interval '25 seconds' - interval '1 hour' as b",
+                            (calls,)).fetchone()["b"]
+        run(conn, "demo/exact_mode", on=True)
+        for start in range(0, calls, 10_000):
+            count = min(10_000, calls - start)
+            run(conn, "audit/bench_seed_events", start=start, count=count, base=base)
+            run(conn, "audit/bench_seed_calls", start=start, count=count, base=base)
+        run(conn, "demo/exact_mode", on=False)
+        run(conn, "meta/bench_vacuum")
+    return dsn, time.perf_counter() - t0
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def timed(fn: Callable[[], Any], runs: int, warm: int = 5) -> list[float]:
+    for _ in range(warm):
+        fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def ms(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f} ms, p95 {percentile(values, 95):.2f} ms"
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+EXPORT_PROBE = """
+import json, resource, sys, time
+sys.argv = ["leasectl", "audit", "export", *sys.argv[1:]]
+from console.operator.cli import main
+t0 = time.perf_counter()
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code or 0
+else:
+    code = 0
+print(json.dumps({"code": code, "seconds": time.perf_counter() - t0,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+PLAIN_PROBE = """
+import json, resource, sys, time
+from datetime import datetime
+from console.db import audit
+from console.db.connect import connect, run
+from console.shared.audit import AUDIT_LIMITS
+dsn, since, until = sys.argv[1], sys.argv[2] or None, sys.argv[3] or None
+t0 = time.perf_counter()
+n = 0
+with connect(dsn, limits=AUDIT_LIMITS) as conn, conn.transaction():
+    run(conn, "meta/snapshot")
+    for rows in audit.stream(conn, "audit/bench_plain_select", {"since": since and datetime.fromisoformat(since),
+                             "until": until and datetime.fromisoformat(until)}, cursor_name="plain"):
+        n += len(rows)
+print(json.dumps({"events": n, "seconds": time.perf_counter() - t0,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def probe(code: str, *args: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def export_run(dsn: str, target: Path, fmt: str, since: str | None, until: str | None) -> dict[str, Any]:
+    args = ["--dsn", dsn, "--format", fmt, "--output", str(target)]
+    if since:
+        args += ["--since", since]
+    if until:
+        args += ["--until", until]
+    result = probe(EXPORT_PROBE, *args)
+    assert result["code"] == 0, result
+    with target.open() as f:
+        result["events"] = sum(1 for _ in f) - (1 if fmt == "csv" else 0)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", help="measure on this server (default: a fresh embedded PostgreSQL)")
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args(argv)
+    rng = random.Random(13)
+    with bench_server(args.dsn) as server:
+        print("leasectl audit benchmark")
+        print(f"  machine:  {machine_facts()}")
+        print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
+              + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
+        dsn, seconds = seeded(server, args.calls)
+        with connect(dsn, limits=AUDIT_LIMITS) as conn:
+            total = run_one(conn, "audit/export_count", since=None, until=None, job_id=None, owner=None,
+                            operator=None, kind=None)
+            assert total is not None
+            size = conn.execute("select pg_size_pretty(pg_total_relation_size('job_events')) as s").fetchone()["s"]
+            print(f"  data:     {args.calls:,} finished calls, {total['events']:,} events ({size} with indexes) "
+                  f"over {(total['last_at'] - total['first_at']).days} days, seeded in {seconds:.0f} s by "
+                  "insert ... select generate_series in exact mode (rows as the triggers write them)")
+            print()
+
+            # -------------------------------------------------------------- owner
+            sample = run(conn, "audit/bench_sample", count=args.runs)
+            questions = [(r["id"], r["created_at"] + (r["finished_at"] - r["created_at"]) * rng.random())
+                         for r in sample]
+            answers: list[Any] = []
+            it = iter(questions * 2)
+
+            def ask() -> None:
+                job_id, at = next(it)
+                answers.append(audit_db.owner(conn, job_id, Instant(at, "UTC", at.isoformat())))
+
+            owner_ms = timed(ask, args.runs, warm=args.runs // 10 or 1)
+            it_ref = iter(questions * 2)
+            row_ms = timed(lambda: reads.job(conn, next(it_ref)[0]), args.runs, warm=5)
+            held = sum(a.owner_id is not None for a in answers)
+            print(f"audit owner ({args.runs} calls, random instants)   {ms(owner_ms)} | reference, the call's "
+                  f"current row: {ms(row_ms)} | {held} of {len(answers)} answers held   aim <= 10 ms: "
+                  f"{verdict(statistics.median(owner_ms) <= 10)}")
+
+            # -------------------------------------------------------------- actions
+            ops = iter([f"op-{rng.randrange(40)}" for _ in range(args.runs * 2)])
+            counts: list[int] = []
+
+            def by_operator() -> None:
+                counts.append(len(audit_db.operator_actions(conn, operator=next(ops), limit=100)))
+
+            actions_ms = timed(by_operator, args.runs)
+            all_ms = timed(lambda: audit_db.operator_actions(conn, limit=100), args.runs)
+            print(f"audit actions --operator (100)     {ms(actions_ms)} ({min(counts)}-{max(counts)} rows) | "
+                  f"reference, no filter: {ms(all_ms)}   aim <= 10 ms: {verdict(statistics.median(actions_ms) <= 10)}")
+
+            # -------------------------------------------------------------- the screen's first page
+            empty = parse_audit_filter("")
+            page_ms = timed(lambda: audit_db.screen_page(conn, empty, limit=200), args.runs)
+            job_id, at = questions[0]
+            with_job = parse_audit_filter(f"job:{job_id} at:{at.isoformat()}")
+            job_ms = timed(lambda: audit_db.screen_page(conn, with_job, limit=200), args.runs)
+            by_owner = parse_audit_filter("owner:w-7")
+            owner_page_ms = timed(lambda: audit_db.screen_page(conn, by_owner, limit=200), max(args.runs // 10, 5))
+            journal_ms = timed(lambda: audit_db.screen_page(conn, empty, view="journal", limit=200), args.runs)
+            print(f"screen first page (200 events)     no filter: {ms(page_ms)} | job: + at: {ms(job_ms)} | "
+                  f"owner:w-7 {ms(owner_page_ms)} | journal view {ms(journal_ms)}   aim <= 50 ms: "
+                  f"{verdict(statistics.median(page_ms) <= 50)}")
+
+            # -------------------------------------------------------------- ranges for the export
+            small_from = run_one(conn, "audit/bench_instant", position=total["events"] // 2)
+            small_to = run_one(conn, "audit/bench_instant", position=total["events"] // 2 + 9_999)
+            assert small_from is not None and small_to is not None
+            small = (small_from["at"].isoformat(), small_to["at"].isoformat())
+
+            # -------------------------------------------------------------- verify
+            t0 = time.perf_counter()
+            report = audit_db.verify(conn)
+            verify_s = time.perf_counter() - t0
+        plain = probe(PLAIN_PROBE, dsn, "", "")
+        print(f"verify (whole history)             {verify_s:.1f} s for {report.events:,} events of "
+              f"{report.calls:,} calls, {len(report.violations)} violations | reference, reading the rows plainly: "
+              f"{plain['seconds']:.1f} s   aim <= 30 s: {verdict(verify_s <= 30 and report.ok)}")
+
+        # ------------------------------------------------------------------ export
+        with tempfile.TemporaryDirectory(prefix="leasectl-audit-bench-") as tmp:
+            folder = Path(tmp)
+            big = export_run(dsn, folder / "all.jsonl", "jsonl", None, None)
+            little = export_run(dsn, folder / "some.jsonl", "jsonl", *small)
+            big_csv = export_run(dsn, folder / "all.csv", "csv", None, None)
+            plain_small = probe(PLAIN_PROBE, dsn, *small)
+            size_mb = (folder / "all.jsonl").stat().st_size / 1e6
+        rate = big["events"] / big["seconds"]
+        print(f"export to a file (CLI, subprocess) jsonl: {big['events']:,} events in {big['seconds']:.1f} s = "
+              f"{rate:,.0f} events/s ({size_mb:.0f} MB), peak RSS {big['maxrss_mb']:.0f} MB | csv: "
+              f"{big_csv['events'] / big_csv['seconds']:,.0f} events/s, peak RSS {big_csv['maxrss_mb']:.0f} MB | "
+              f"reference, plain select of the same rows: {plain['events'] / plain['seconds']:,.0f} rows/s, "
+              f"peak RSS {plain['maxrss_mb']:.0f} MB   aim >= 100,000/s: {verdict(rate >= 100_000)}")
+        print(f"export memory                      {little['events']:,} events: peak RSS {little['maxrss_mb']:.0f} MB "
+              f"({little['events'] / little['seconds']:,.0f} events/s, process start included) | "
+              f"{big['events']:,} events: {big['maxrss_mb']:.0f} MB | reference, plain select of "
+              f"{plain_small['events']:,}: {plain_small['maxrss_mb']:.0f} MB   aim, the same: "
+              f"{verdict(big['maxrss_mb'] <= little['maxrss_mb'] * 1.1 + 2)}")
+
+        # ------------------------------------------------------------------ jobs --at
+        with connect(dsn, limits=AUDIT_LIMITS) as conn:
+            end = total["last_at"] + timedelta(seconds=1)
+            middle = total["first_at"] + (total["last_at"] - total["first_at"]) / 2
+            at_end = timed(lambda: audit_db.jobs_at(conn, end, limit=args.calls), 3, warm=1)
+            rows_end = len(audit_db.jobs_at(conn, end, limit=args.calls))
+            at_middle = timed(lambda: audit_db.jobs_at(conn, middle, limit=args.calls), 3, warm=1)
+            rows_middle = len(audit_db.jobs_at(conn, middle, limit=args.calls))
+            page = timed(lambda: audit_db.jobs_at(conn, middle, limit=200), 20)
+            now_ms = timed(lambda: reads.jobs(conn, limit=args.calls), 3, warm=1)
+            bare = dict(at=end, tool=None, agent=None, key_prefix=None, id_low=None, id_high=None, model=None,
+                        provider=None, side_effect=None, state=None, owner=None, health=None, before_created=None,
+                        before_id=None, limit=args.calls)
+            rows_only = timed(lambda: run(conn, "audit/jobs_at", **bare), 3, warm=1)
+        print(f"jobs --at (every call)             at the end: {rows_end:,} calls in "
+              f"{statistics.median(at_end) / 1000:.2f} s (the statement and its rows alone: "
+              f"{statistics.median(rows_only) / 1000:.2f} s, the rest is typed rows) | in the middle: {rows_middle:,} calls in "
+              f"{statistics.median(at_middle) / 1000:.2f} s | one page of 200: {ms(page)} | reference, `jobs` of "
+              f"every call now: {statistics.median(now_ms) / 1000:.2f} s   aim <= 2 s: "
+              f"{verdict(statistics.median(at_end) <= 2000)}")
+        server.drop_database(dsn)
+
+        # ------------------------------------------------------------------ the write path
+        with_idx, without_idx = server.leasectl_database(), server.leasectl_database()
+        with connect(without_idx, limits=UNLIMITED) as conn:
+            run(conn, "audit/bench_drop_indexes")
+        times: dict[str, list[float]] = {"with": [], "without": []}
+        for _ in range(5):
+            for label, target in (("without", without_idx), ("with", with_idx)):
+                with connect(target, limits=UNLIMITED) as conn:
+                    t0 = time.perf_counter()
+                    run(conn, "audit/bench_write_events", count=100_000)
+                    times[label].append(time.perf_counter() - t0)
+        before, after = statistics.median(times["without"]), statistics.median(times["with"])
+        print(f"write path, 0007's indexes        100,000 claim/state events inserted: without them median "
+              f"{before * 1000:.0f} ms, with them {after * 1000:.0f} ms ({(after / before - 1) * 100:+.1f} %; "
+              "5 rounds alternated; operator kinds only enter the index)")
+        server.drop_database(with_idx)
+        server.drop_database(without_idx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,689 @@
+"""The auditor's tools on a real PostgreSQL (issue 13): who held a call at an instant (boundaries
+included), the operator journal across calls and shutdowns, the history exported and streamed,
+verify on a clean and on a tampered history, every call as it was at an instant, all of it as a
+leasectl_auditor login and under --read-only. Every answer comes from the history alone: tests
+that lie in the current row prove it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+from typer.testing import CliRunner
+
+from console.db import actions
+from console.db import audit as audit_db
+from console.db.connect import run
+from console.operator.cli import app
+from console.shared.audit import EXPORT_COLUMNS, AuditFilter, parse_audit_filter
+from console.shared.errors import BadInput, RowLocked
+from console.shared.files import atomic_write
+from console.shared.times import parse_time
+from tests.conftest import ROOT
+from tests.helpers import (
+    FAST,
+    approve,
+    cancel,
+    claim,
+    complete,
+    confirm_cancel,
+    enqueue,
+    ensure_login,
+    events,
+    expire_lease,
+    heartbeat,
+    mark_terminal,
+    register_tool,
+    register_tree,
+    report_unknown,
+    request_shutdown,
+    start_side_effect,
+    sweep,
+)
+
+AUDITOR = "lc_audit_auditor"
+SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
+OWNER_KEYS = ["job_id", "at", "owner_id", "fencing_token", "held_from", "held_until", "ended_by"]
+ACTION_KEYS = ["at", "operator", "action", "outcome", "job_id", "agent_id", "reason", "request_id", "fencing_token",
+               "details"]
+
+
+@pytest.fixture
+def cli(db):
+    runner = CliRunner()
+
+    def invoke(*args: str, dsn: str | None = None, input: str | None = None):
+        result = runner.invoke(app, [*args, "--dsn", dsn or db.dsn], input=input, env={"USER": "auditor-tester"})
+        assert "Traceback" not in result.output, result.output
+        return result
+
+    with db.connect() as conn:
+        register_tool(conn, "quick", "read_only", **FAST)
+        register_tool(conn, "search", "read_only", **SLOW)
+        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
+        yield invoke, conn
+
+
+def js(result) -> object:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def kind_of(conn, job_id, kind, n=0) -> dict:
+    return [e for e in events(conn, job_id) if e["kind"] == kind][n]
+
+
+def iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+def tick(seconds: float = 0.01) -> None:
+    time.sleep(seconds)  # so that consecutive statements get distinct now()
+
+
+# ----------------------------------------------------------------------------- owner
+
+
+def test_owner_boundaries_exactly_at_the_claim_and_exactly_at_the_expiry(cli):
+    """Held over [claim, expiry): at the claim instant it is held; at the expiry instant it is not
+    (a worker may write only while lease_until > now()); a lease that ran out with nobody reclaiming
+    it is not held after it ran out -- the sweep came later, and held_until is the expiry, not it."""
+    invoke, conn = cli
+    e = enqueue(conn, "quick")
+    claim(conn, "w-1", ["quick"])
+    expire_lease(conn, e["id"])
+    tick(0.2)
+    assert sweep(conn), "the sweep requeues the expired call"
+    claimed = kind_of(conn, e["id"], "claimed")
+    swept = kind_of(conn, e["id"], "state_changed")
+    expiry = datetime.fromisoformat(swept["details"]["previous_lease_until"])
+    assert claimed["at"] < expiry < swept["at"]
+
+    def owner(at: datetime) -> dict:
+        answer = js(invoke("audit", "owner", str(e["id"])[:8], "--at", iso(at), "--json"))
+        assert list(answer) == OWNER_KEYS, "exactly the contract's keys, in order"
+        return answer
+
+    at_claim = owner(claimed["at"])
+    assert at_claim["owner_id"] == "w-1" and at_claim["fencing_token"] == 1
+    assert datetime.fromisoformat(at_claim["held_from"]) == claimed["at"]
+    assert datetime.fromisoformat(at_claim["held_until"]) == expiry and at_claim["ended_by"] == "expired"
+    assert owner(claimed["at"] - timedelta(microseconds=1))["owner_id"] is None, "before the claim: nobody"
+    assert owner(expiry - timedelta(microseconds=1))["owner_id"] == "w-1", "the last instant of the lease"
+    at_expiry = owner(expiry)
+    assert at_expiry["owner_id"] is None and at_expiry["fencing_token"] == 1, "exactly at the expiry: not held"
+    between = owner(expiry + (swept["at"] - expiry) / 2)
+    assert between["owner_id"] is None, "expired and not yet swept: nobody held it"
+    human = invoke("audit", "owner", str(e["id"]), "--at", iso(expiry))
+    assert human.exit_code == 0 and "nobody held its lease" in human.output and "expired" in human.output
+
+
+def test_owner_through_reclaim_forced_fence_cancel_and_completion(cli):
+    invoke, conn = cli
+
+    def owner(job_id, at) -> dict:
+        return js(invoke("audit", "owner", str(job_id), "--at", iso(at), "--json"))
+
+    # a reclaim after the lease ran out, then an operator's forced mark-terminal (a token bump)
+    e = enqueue(conn, "quick")
+    claim(conn, "w-1", ["quick"])
+    expire_lease(conn, e["id"])
+    tick(0.05)
+    second = claim(conn, "w-2", ["quick"])
+    assert second["fencing_token"] == 2
+    tick()
+    assert mark_terminal(conn, e["id"], "running", 2, "failed", force=True, operator="alice") is not None
+    reclaimed = kind_of(conn, e["id"], "reclaimed")
+    forced = kind_of(conn, e["id"], "state_changed")
+    first = owner(e["id"], kind_of(conn, e["id"], "claimed")["at"])
+    assert first["owner_id"] == "w-1" and first["ended_by"] == "expired"
+    assert datetime.fromisoformat(first["held_until"]) == datetime.fromisoformat(
+        reclaimed["details"]["previous_lease_until"]), "held until its lease ran out, not until the reclaim"
+    w2 = owner(e["id"], reclaimed["at"])
+    assert (w2["owner_id"], w2["fencing_token"], w2["ended_by"]) == ("w-2", 2, "fenced")
+    assert datetime.fromisoformat(w2["held_until"]) == forced["at"]
+    after = owner(e["id"], forced["at"])
+    assert after["owner_id"] is None and after["fencing_token"] == 3, "fenced out: the token went up"
+
+    # a cancel request is not an ownership change; the confirmed cancel ends it
+    c = enqueue(conn, "search")
+    job = claim(conn, "w-3", ["search"])
+    tick()
+    cancel(conn, c["id"], "running", 1, operator="bob")
+    tick()
+    requested = kind_of(conn, c["id"], "state_changed")
+    still = owner(c["id"], requested["at"] + timedelta(milliseconds=1))
+    assert still["owner_id"] == "w-3" and still["held_until"] is None, "cancel requested is not stopped"
+    assert confirm_cancel(conn, job, "w-3") is not None
+    confirmed = kind_of(conn, c["id"], "state_changed", 1)
+    assert owner(c["id"], requested["at"])["ended_by"] == "cancelled"
+    assert owner(c["id"], confirmed["at"])["owner_id"] is None
+
+    # renewals are not journaled and not ownership changes: held past the first lease until it completed
+    r = enqueue(conn, "quick")
+    job = claim(conn, "w-4", ["quick"])
+    granted = kind_of(conn, r["id"], "claimed")["lease_until"]
+    while conn.execute("select now() as n").fetchone()["n"] < granted + timedelta(milliseconds=300):
+        assert heartbeat(conn, job, "w-4") is not None
+        tick(0.1)
+    assert complete(conn, job, "w-4") is not None
+    done = kind_of(conn, r["id"], "state_changed")
+    past_grant = owner(r["id"], granted + timedelta(milliseconds=100))
+    assert past_grant["owner_id"] == "w-4" and past_grant["ended_by"] == "succeeded"
+    assert datetime.fromisoformat(past_grant["held_until"]) == done["at"]
+
+    # the sweep of an unverifiable call whose request went out: outcome_unknown, after the expiry
+    p = enqueue(conn, "pay")
+    job = claim(conn, "w-5", ["pay"])
+    start_side_effect(conn, job, "w-5")
+    expire_lease(conn, p["id"])
+    tick(0.05)
+    assert [s["state_to"] for s in sweep(conn)] == ["outcome_unknown"]
+    assert owner(p["id"], kind_of(conn, p["id"], "claimed")["at"])["ended_by"] == "expired"
+
+
+def test_an_open_stretch_is_held_and_the_answer_ignores_the_current_row(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    claim(conn, "w-1", ["search"])
+    tick()
+    # the current row lies (superuser, triggers bypassed): the history still says w-1
+    with conn.transaction():
+        run(conn, "demo/exact_mode", on=True)
+        conn.execute("update tool_jobs set owner_id = 'liar', fencing_token = 9 where id = %s", (e["id"],))
+        run(conn, "demo/exact_mode", on=False)
+    answer = js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
+    assert answer["owner_id"] == "w-1" and answer["fencing_token"] == 1
+    assert answer["held_until"] is None and answer["ended_by"] is None, "no later event: open"
+
+
+def test_owner_bad_input_is_exit_2_with_a_message(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    unknown = invoke("audit", "owner", "ffffffff", "--at", "1s")
+    assert unknown.exit_code == 2 and "no call" in unknown.output
+    bad = invoke("audit", "owner", str(e["id"]), "--at", "yesterday-ish")
+    assert bad.exit_code == 2 and "ISO 8601" in bad.output
+    before = js(invoke("audit", "owner", str(e["id"]), "--at", "2001-01-01T00:00:00Z", "--json"))
+    assert before["owner_id"] is None and before["fencing_token"] is None, "the call did not exist yet"
+    local = invoke("audit", "owner", str(e["id"]), "--at", "2001-01-01T00:00:00")
+    assert local.exit_code == 0 and "local" in local.output, "a time without an offset says which zone it used"
+
+
+# ----------------------------------------------------------------------------- actions
+
+
+def test_actions_across_calls_and_shutdowns_with_combined_filters(cli, db):
+    invoke, conn = cli
+    register_tree(conn, {"planner-1": None, "code-1": "planner-1", "ingest-1": None})
+    a = enqueue(conn, "search", agent_id="code-1")
+    b = enqueue(conn, "search", agent_id="ingest-1")
+    claim(conn, "w-1", ["search"])  # a (oldest first)
+    tick()
+    cancel(conn, a["id"], "running", 1, operator="alice", reason="user left")
+    tick()
+    cancel(conn, b["id"], "queued", 7, operator="bob", reason="stale look")  # refused: token moved on
+    tick()
+    # a failed action: the row is locked by another transaction (lock_timeout)
+    holder = db.connect(autocommit=False)
+    holder.execute("update tool_jobs set heartbeat_at = now() where id = %s", (b["id"],))
+    try:
+        conn.execute("set lock_timeout = '200ms'")
+        with pytest.raises(RowLocked):
+            actions.mark_terminal(conn, b["id"], seen_state="queued", seen_token=0, terminal_state="failed",
+                                  operator="carol", reason="stuck")
+    finally:
+        holder.rollback()
+        holder.close()
+        conn.execute("set lock_timeout = '2s'")
+    tick()
+    assert request_shutdown(conn, "ingest-1", "drain", operator="dana", reason="move it") is not None
+    tick()
+    assert request_shutdown(conn, "ingest-1", "abort", operator="dana", reason="again") is None, "refused"
+    tick()
+    mark_terminal(conn, a["id"], "cancel_requested", 1, "failed", force=True, operator="alice", reason="hung")
+
+    everything = js(invoke("audit", "actions", "--json"))
+    assert all(list(r) == ACTION_KEYS for r in everything), "exactly the contract's keys"
+    assert [(r["operator"], r["action"], r["outcome"]) for r in everything] == [
+        ("alice", "mark_terminal", "applied"), ("dana", "abort", "refused"), ("dana", "drain", "applied"),
+        ("carol", "mark_terminal", "failed"), ("bob", "cancel", "refused"), ("alice", "cancel", "applied")]
+    ats = [r["at"] for r in everything]
+    assert ats == sorted(ats, reverse=True), "newest first"
+    failed = everything[3]
+    assert failed["details"]["cause"] == "lock_timeout" and failed["job_id"] == str(b["id"])
+    assert everything[1]["job_id"] is None and everything[1]["agent_id"] == "ingest-1"
+    assert everything[0]["agent_id"] == "code-1" and everything[0]["fencing_token"] == 2
+
+    def picked(*args: str) -> list[tuple[str, str, str]]:
+        return [(r["operator"], r["action"], r["outcome"]) for r in js(invoke("audit", "actions", *args, "--json"))]
+
+    assert picked("--operator", "alice") == [("alice", "mark_terminal", "applied"), ("alice", "cancel", "applied")]
+    assert picked("--operator", "alice", "--action", "cancel") == [("alice", "cancel", "applied")]
+    assert picked("--outcome", "failed") == [("carol", "mark_terminal", "failed")]
+    assert picked("--outcome", "refused", "--operator", "dana") == [("dana", "abort", "refused")]
+    assert picked("--action", "drain") == [("dana", "drain", "applied")]
+    assert picked("--agent", "ingest-1") == [("dana", "abort", "refused"), ("dana", "drain", "applied"),
+                                             ("carol", "mark_terminal", "failed"), ("bob", "cancel", "refused")]
+    assert picked("--job", str(b["id"])[:8]) == [("carol", "mark_terminal", "failed"), ("bob", "cancel", "refused")]
+    assert picked("--job", str(b["id"]), "--outcome", "refused") == [("bob", "cancel", "refused")]
+    assert picked("--since", everything[3]["at"], "--until", everything[1]["at"]) == [
+        ("dana", "abort", "refused"), ("dana", "drain", "applied"), ("carol", "mark_terminal", "failed")]
+    assert picked("--limit", "2") == [("alice", "mark_terminal", "applied"), ("dana", "abort", "refused")]
+    human = invoke("audit", "actions", "--operator", "carol")
+    assert human.exit_code == 0 and "lock_timeout" in human.output and "FAILED" in human.output
+    for bad in (("--action", "delete"), ("--outcome", "maybe"), ("--since", "tomorrow"),
+                ("--since", "1m", "--until", "2h"), ("--job", "ffffffff")):
+        result = invoke("audit", "actions", *bad)
+        assert result.exit_code == 2, (bad, result.output)
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def _history(conn) -> list[dict]:
+    """A few calls with every kind of row: claims, a reclaim, a side effect, an operator action."""
+    made = []
+    for _ in range(3):
+        e = enqueue(conn, "search")
+        job = claim(conn, "w-1", ["search"])
+        complete(conn, job, "w-1")
+        made.append(e)
+    p = enqueue(conn, "pay")
+    job = claim(conn, "w-2", ["pay"])
+    start_side_effect(conn, job, "w-2")
+    report_unknown(conn, job, "w-2")
+    approve(conn, p["id"], "outcome_unknown", 1, operator="ana")
+    made.append(p)
+    return made
+
+
+def test_export_jsonl_and_csv_keys_types_and_order(cli, tmp_path):
+    invoke, conn = cli
+    _history(conn)
+    total = conn.execute("select count(*) as n from job_events").fetchone()["n"]
+    jsonl = invoke("audit", "export")
+    assert jsonl.exit_code == 0, jsonl.output
+    rows = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    assert len(rows) == total and all(list(r) == list(EXPORT_COLUMNS) for r in rows)
+    assert [r["id"] for r in rows] == sorted(r["id"] for r in rows), "oldest first"
+    assert [r["at"] for r in rows] == sorted(r["at"] for r in rows)
+    claimed = next(r for r in rows if r["kind"] == "claimed")
+    assert isinstance(claimed["id"], int) and isinstance(claimed["fencing_token"], int)
+    assert isinstance(claimed["details"], dict) and claimed["details"]["attempt"] == 1
+    assert claimed["at"].endswith("Z") and claimed["lease_until"].endswith("Z"), "times with their zone"
+    assert jsonl.stderr == "", "nothing extra when not on a terminal"
+    with_role = [json.loads(line) for line in invoke("audit", "export", "--with-db-role").stdout.splitlines()]
+    assert list(with_role[0]) == [*EXPORT_COLUMNS, "db_role"] and with_role[0]["db_role"]
+
+    target = tmp_path / "history.csv"
+    written = invoke("audit", "export", "--format", "csv", "--output", str(target))
+    assert written.exit_code == 0 and f"wrote {total} events" in written.output
+    with target.open(newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == list(EXPORT_COLUMNS) and len(table) == total + 1
+    assert json.loads(table[2][EXPORT_COLUMNS.index("details")]) == rows[1]["details"], "details as JSON text"
+    assert [int(r[0]) for r in table[1:]] == [r["id"] for r in rows]
+    assert not list(tmp_path.glob(".*partial")), "no temporary file left behind"
+
+    one = rows[-1]["job_id"]
+    only = [json.loads(line) for line in invoke("audit", "export", "--job", one[:8]).stdout.splitlines()]
+    assert only and {r["job_id"] for r in only} == {one}
+    window = [json.loads(line) for line in invoke("audit", "export", "--since", rows[2]["at"], "--until",
+                                                  rows[4]["at"]).stdout.splitlines()]
+    assert [r["id"] for r in window] == [r["id"] for r in rows if rows[2]["at"] <= r["at"] <= rows[4]["at"]]
+
+
+def test_export_bad_input_writes_nothing(cli, tmp_path):
+    invoke, conn = cli
+    _history(conn)
+    target = tmp_path / "out.jsonl"
+    for args in (("--since", "1m", "--until", "2h"), ("--since", "not-a-time"), ("--job", "ffffffff"),
+                 ("--format", "xml")):
+        result = invoke("audit", "export", *args, "--output", str(target))
+        assert result.exit_code == 2, (args, result.output)
+        assert not target.exists() and not list(tmp_path.iterdir()), args
+    directory = invoke("audit", "export", "--output", str(tmp_path))
+    assert directory.exit_code == 2 and "is a directory" in directory.output
+    missing = invoke("audit", "export", "--output", str(tmp_path / "nowhere" / "x.jsonl"))
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    assert not list(tmp_path.iterdir())
+
+
+def _many_events(conn, n: int) -> None:
+    """n events of one call, fast: the owner (the tests' superuser) inserts report rows the kind
+    guard lets through without plpgsql (kind, at and db_role are the database's)."""
+    e = enqueue(conn, "search")
+    conn.execute("insert into job_events (job_id, kind, actor, fencing_token, details) "
+                 "select %s, 'note', 'seed', 0, jsonb_build_object('n', g, 'text', repeat('x', 300)) "
+                 "from generate_series(1, %s) g", (e["id"], n))
+
+
+def test_export_streams_through_a_server_side_cursor_in_bounded_memory(cli, tmp_path):
+    invoke, conn = cli
+    _many_events(conn, 50_000)
+    cursors: list[dict] = []
+
+    def look(done: int, total: int | None) -> None:
+        if done > 0 and not cursors:
+            cursors.extend(conn.execute("select name, is_holdable from pg_cursors").fetchall())
+
+    def peak(since: datetime | None) -> tuple[int, int]:
+        tracemalloc.start()
+        try:
+            with atomic_write(tmp_path / "big.jsonl") as out:
+                summary = audit_db.export(conn, out, since=since, on_progress=look)
+            return summary["events"], tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    everything, big = peak(None)
+    assert everything == 50_001
+    assert cursors == [{"name": audit_db.EXPORT_CURSOR, "is_holdable": False}], "a named (server-side) cursor"
+    recent = conn.execute("select at from job_events order by id desc offset 4999 limit 1").fetchone()["at"]
+    some, small = peak(recent)
+    assert some < everything
+    # 50k rows of ~400 bytes held at once would be ~20 MB of Python objects; a batch is 2,000 rows
+    assert big < 8_000_000, f"peak {big:,} bytes for 50k events"
+    assert big < 2 * small + 2_000_000, f"memory grew with the range: {small:,} -> {big:,} bytes"
+
+
+def test_an_interrupted_export_leaves_no_file(cli, tmp_path, monkeypatch):
+    invoke, conn = cli
+    _many_events(conn, 12_000)
+    target = tmp_path / "history.jsonl"
+
+    def interrupt(done: int, total: int | None) -> None:
+        if done >= 5_000:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), atomic_write(target) as out:
+        audit_db.export(conn, out, on_progress=interrupt)
+    assert not list(tmp_path.iterdir()), "no file, no temporary file"
+
+    real = audit_db.export
+
+    def ctrl_c(*args, **kwargs):
+        kwargs["on_progress"] = interrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(audit_db, "export", ctrl_c)
+    result = invoke("audit", "export", "--output", str(target))
+    assert result.exit_code == 1 and "interrupted" in result.output and "no partial file" in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_closed_pipe_ends_the_export_with_a_message(cli, db):
+    invoke, conn = cli
+    _many_events(conn, 30_000)
+    proc = subprocess.Popen([sys.executable, "-m", "console", "audit", "export", "--dsn", db.dsn], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"})
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["kind"] == "enqueued"
+    proc.stdout.close()  # the reader goes away (`| head -1`)
+    error = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) != 0
+    assert "closed the pipe" in error and "incomplete" in error and "Traceback" not in error
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def _tamper(conn, statement: str, params: tuple) -> None:
+    """As the superuser: what no client can do (the triggers refuse it), done with them disabled."""
+    conn.execute("alter table job_events disable trigger user")
+    try:
+        conn.execute(statement, params)
+    finally:
+        conn.execute("alter table job_events enable trigger user")
+
+
+def test_verify_a_clean_history_exits_0(cli):
+    invoke, conn = cli
+    _history(conn)
+    e = enqueue(conn, "quick")
+    claim(conn, "w-1", ["quick"])
+    expire_lease(conn, e["id"])
+    tick(0.05)
+    job = claim(conn, "w-2", ["quick"])
+    mark_terminal(conn, e["id"], "running", job["fencing_token"], "failed", force=True)
+    result = invoke("audit", "verify", "--json")
+    report = js(result)
+    assert report["ok"] is True and report["violations"] == [] and report["calls"] == 5
+    assert report["events"] == conn.execute("select count(*) as n from job_events").fetchone()["n"]
+    human = invoke("audit", "verify")
+    assert human.exit_code == 0 and "every check holds" in human.output
+
+
+def test_verify_finds_an_overlapping_claim_inserted_by_a_superuser(cli):
+    invoke, conn = cli
+    _history(conn)
+    e = enqueue(conn, "search")
+    claim(conn, "w-1", ["search"])  # a live lease of 60 s
+    legit = kind_of(conn, e["id"], "claimed")
+    _tamper(conn, "insert into job_events (job_id, at, kind, actor, fencing_token, state_from, state_to, "
+                  "owner_from, owner_to, lease_until, details) "
+                  "values (%s, now(), 'reclaimed', 'w-evil', 2, 'running', 'running', 'w-1', 'w-evil', "
+                  "now() + interval '60 seconds', '{}')", (e["id"],))
+    forged = events(conn, e["id"])[-1]
+    result = invoke("audit", "verify", "--json")
+    assert result.exit_code == 4, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    overlap = [v for v in report["violations"] if v["rule"] == "overlap"]
+    assert len(overlap) == 1 and overlap[0]["job_id"] == str(e["id"])
+    assert overlap[0]["event_ids"] == [legit["id"], forged["id"]]
+    assert "w-evil" in overlap[0]["why"] and "w-1" in overlap[0]["why"]
+    assert {v["job_id"] for v in report["violations"]} == {str(e["id"])}, "the other calls stay clean"
+    human = invoke("audit", "verify")
+    assert human.exit_code == 4 and "overlap" in human.output and str(e["id"]) in human.output
+    # the forged owner also shows in the ownership answer: verify is what says it cannot be true
+    assert js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))["owner_id"] == "w-evil"
+
+
+def test_verify_finds_a_fallen_token_a_second_finish_and_a_missing_event(cli):
+    invoke, conn = cli
+    done = enqueue(conn, "search")
+    job = claim(conn, "w-1", ["search"])
+    complete(conn, job, "w-1")
+    _tamper(conn, "insert into job_events (job_id, kind, actor, fencing_token, state_from, state_to, owner_from, "
+                  "owner_to) values (%s, 'state_changed', 'w-1', 0, 'running', 'failed', 'w-1', 'w-1')",
+            (done["id"],))
+    gap = enqueue(conn, "search")
+    claim(conn, "w-2", ["search"])
+    _tamper(conn, "insert into job_events (job_id, kind, actor, fencing_token, state_from, state_to, owner_from, "
+                  "owner_to) values (%s, 'state_changed', 'w-3', 1, 'cancel_requested', 'cancelled', 'w-3', "
+                  "'w-3')", (gap["id"],))
+    report = json.loads(invoke("audit", "verify", "--json").stdout)
+    found = {(v["job_id"], v["rule"]) for v in report["violations"]}
+    assert {(str(done["id"]), "token_fell"), (str(done["id"]), "finished_twice"),
+            (str(gap["id"]), "missing_event")} <= found
+    since = invoke("audit", "verify", "--since", "1h", "--json")
+    assert since.exit_code == 4 and json.loads(since.stdout)["calls"] == 2
+    future = invoke("audit", "verify", "--since", "2999-01-01T00:00:00Z", "--json")
+    assert future.exit_code == 0 and json.loads(future.stdout)["calls"] == 0
+
+
+# ----------------------------------------------------------------------------- jobs --at
+
+
+def test_jobs_at_is_rebuilt_from_the_history_not_the_current_row(cli):
+    invoke, conn = cli
+    running = enqueue(conn, "search", agent_id="planner-1")
+    job = claim(conn, "w-1", ["search"])
+    finished = enqueue(conn, "search")
+    other = claim(conn, "w-2", ["search"])
+    complete(conn, other, "w-2")
+    expired = enqueue(conn, "quick")
+    claim(conn, "w-3", ["quick"])
+    expire_lease(conn, expired["id"])
+    tick(0.05)
+    moment = conn.execute("select now() as n").fetchone()["n"]
+    tick(0.05)
+    complete(conn, job, "w-1")
+    sweep(conn)
+    later = enqueue(conn, "search")
+    with conn.transaction():  # the current row lies; the past does not move
+        run(conn, "demo/exact_mode", on=True)
+        conn.execute("update tool_jobs set owner_id = 'liar' where id = %s", (finished["id"],))
+        run(conn, "demo/exact_mode", on=False)
+
+    now_rows = js(invoke("jobs", "--json"))
+    past = js(invoke("jobs", "--at", iso(moment), "--json"))
+    assert set(past[0]) == {*now_rows[0], "as_of"}, "the keys of jobs --json, plus as_of"
+    by_id = {r["id"]: r for r in past}
+    assert str(later["id"]) not in by_id, "created after the instant: absent"
+    r = by_id[str(running["id"])]
+    assert (r["state"], r["owner_id"], r["fencing_token"], r["health"]) == ("running", "w-1", 1, "healthy")
+    assert r["lease_left_seconds"] > 50 and r["heartbeat_at"] is None and r["agent_id"] == "planner-1"
+    assert datetime.fromisoformat(r["as_of"]) == moment
+    f = by_id[str(finished["id"])]
+    assert (f["state"], f["owner_id"], f["health"]) == ("succeeded", "w-2", None), "how it finished"
+    assert f["finished_at"] is not None
+    x = by_id[str(expired["id"])]
+    assert (x["state"], x["health"]) == ("running", "lease_expired") and x["lease_left_seconds"] < 0
+    only = js(invoke("jobs", "--at", iso(moment), "--state", "running", "--json"))
+    assert {row["id"] for row in only} == {str(running["id"]), str(expired["id"])}, "--state means then"
+    assert js(invoke("jobs", "--at", iso(moment), "--owner", "liar", "--json")) == []
+    human = invoke("jobs", "--at", iso(moment))
+    assert human.exit_code == 0 and "as it was at" in human.output and "rebuilt from the history" in human.output
+    assert invoke("jobs", "--at", "soonish").exit_code == 2
+
+
+def test_jobs_at_agrees_with_owner_at(cli, db):
+    invoke, conn = cli
+    e = enqueue(conn, "quick")
+    claim(conn, "w-1", ["quick"])
+    expire_lease(conn, e["id"])
+    tick(0.05)
+    job = claim(conn, "w-2", ["quick"])
+    complete(conn, job, "w-2")
+    with db.connect() as c:
+        history = events(c, e["id"])
+        expiry = datetime.fromisoformat(kind_of(c, e["id"], "reclaimed")["details"]["previous_lease_until"])
+        instants = [expiry - timedelta(milliseconds=1), expiry + timedelta(milliseconds=1)]
+        for event in history:
+            instants += [event["at"], event["at"] + timedelta(milliseconds=1)]
+        for at in instants:
+            if True:
+                rebuilt = audit_db.jobs_at(c, at)
+                answer = audit_db.owner(c, e["id"], parse_time(at.isoformat()))
+                live = rebuilt[0].state in ("running", "cancel_requested") and rebuilt[0].health != "lease_expired"
+                assert (answer.owner_id is not None) == live, at
+
+
+# ----------------------------------------------------------------------------- the auditor
+
+
+@pytest.fixture(scope="module")
+def auditor(pg_server):
+    with pg_server.admin() as admin:
+        ensure_login(admin, AUDITOR, "leasectl_auditor")
+    return AUDITOR
+
+
+def test_everything_works_as_an_auditor_login_and_under_read_only(cli, db, auditor, tmp_path):
+    invoke, conn = cli
+    made = _history(conn)
+    dsn = make_conninfo(db.dsn, user=auditor)
+    with psycopg.connect(dsn) as probe:
+        assert probe.execute("select current_user").fetchone()[0] == auditor  # type: ignore[index]
+    job = str(made[0]["id"])
+    for prefix in ((), ("--read-only",)):
+        for args in (("audit", "owner", job, "--at", "1s", "--json"), ("audit", "actions", "--json"),
+                     ("audit", "verify", "--json"), ("audit", "export", "--format", "csv"),
+                     ("jobs", "--at", "1s", "--json")):
+            result = invoke(*prefix, *args, dsn=dsn)
+            assert result.exit_code == 0, (prefix, args, result.output)
+        target = tmp_path / f"audit{len(prefix)}.jsonl"
+        assert invoke(*prefix, "audit", "export", "--output", str(target), dsn=dsn).exit_code == 0
+        assert len(target.read_text().splitlines()) == conn.execute("select count(*) as n from job_events"
+                                                                    ).fetchone()["n"]
+        assert invoke(*prefix, "audit", "owner", job, "--at", "1s").exit_code == 0
+    # the superuser under --read-only reads as leasectl_auditor, in a read-only session
+    assert invoke("--read-only", "audit", "verify").exit_code == 0
+
+
+# ----------------------------------------------------------------------------- the screen's grammar
+
+
+def test_the_audit_filter_grammar():
+    now = datetime.fromisoformat("2026-07-23T21:14:00+00:00")
+    f = parse_audit_filter("job:8f1b at:2026-07-23T21:13:35Z owner:w-3 kind:claimed since:1h", now=now)
+    assert (f.job, f.owner, f.kind) == ("8f1b", "w-3", "claimed")
+    assert f.at == datetime.fromisoformat("2026-07-23T21:13:35+00:00") and f.since == now - timedelta(hours=1)
+    assert f.upto == f.at and f.describe().startswith("job:8f1b")
+    assert parse_audit_filter("8f1b", now=now).job == "8f1b", "a bare word is a call-id prefix"
+    assert parse_audit_filter("", now=now) == AuditFilter()
+    for bad, words in (("state:running", "unknown filter key"), ("owner:", "nothing after"),
+                       ("since:1h until:2h", "since: "), ("at:soon", "ISO 8601"), ("kind:Bad-Kind", "event kind"),
+                       ("w-3", "not a call-id prefix"), ("job:1 job:2", "given twice")):
+        with pytest.raises(BadInput) as info:
+            parse_audit_filter(bad, now=now)
+        assert words in str(info.value), (bad, str(info.value))
+        assert "audit filter keys" in (info.value.hint or ""), "the grammar is shown"
+
+
+def test_screen_page_answers_who_held_it_on_top(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    claim(conn, "w-9", ["search"])
+    claimed = kind_of(conn, e["id"], "claimed")
+    f = parse_audit_filter(f"job:{str(e['id'])[:8]} at:{claimed['at'].isoformat()}")
+    page = audit_db.screen_page(conn, f)
+    assert page.owner is not None and page.owner.owner_id == "w-9"
+    assert [ev.kind for ev in page.events] == ["claimed", "enqueued"], "newest first"
+    journal = audit_db.screen_page(conn, parse_audit_filter(""), view="journal")
+    assert journal.actions == [] and journal.owner is None
+    unknown = audit_db.screen_page(conn, parse_audit_filter("job:ffffffff"))
+    assert unknown.problem and "no call" in unknown.problem and unknown.events == [], "said, not a failed poll"
+
+
+def test_export_to_a_terminal_is_ascii_and_csv_drops_escapes(cli):
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    claim(conn, "w-\u202e\u009b31m", ["search"])
+    out = io.StringIO()
+    audit_db.export(conn, out, job_id=e["id"])
+    assert out.getvalue().isascii() and "\\u202e" in out.getvalue(), "exact, escaped"
+    assert json.loads(out.getvalue().splitlines()[1])["owner_to"] == "w-\u202e\u009b31m"
+    shown = io.StringIO()
+    audit_db.export(conn, shown, fmt="csv", job_id=e["id"], for_terminal=True)
+    assert "\u202e" not in shown.getvalue() and "\u009b" not in shown.getvalue()
+
+
+def test_the_words_never_carry_hostile_text_to_the_terminal(cli):
+    invoke, conn = cli
+    hostile = "\x1b]2;PWNED\x07\x1b[31m\u202egnp.exe"
+    e = enqueue(conn, "search")
+    claim(conn, f"w{hostile}", ["search"])
+    cancel(conn, e["id"], "running", 1, operator=f"op{hostile}", reason=f"why{hostile}")
+    for args in (("audit", "owner", str(e["id"]), "--at", "0.001s"), ("audit", "actions"), ("audit", "verify")):
+        result = invoke(*args)
+        assert result.exit_code == 0 and "\x1b" not in result.output and "\u202e" not in result.output, args
+    assert "\\x1b" in invoke("audit", "actions").output, "shown as a visible escape"
+
+
+def test_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(cli, tmp_path, monkeypatch):
+    from console.operator.cli import audit as audit_cli
+    from console.operator.cli.common import TerminalConsole
+
+    invoke, conn = cli
+    _many_events(conn, 6_000)
+    screen = io.StringIO()
+    monkeypatch.setattr(audit_cli, "err", TerminalConsole(file=screen, force_terminal=True, width=100, highlight=False))
+    target = tmp_path / "out.jsonl"
+    assert invoke("audit", "export", "--output", str(target)).exit_code == 0
+    shown = screen.getvalue()
+    assert "exporting" in shown and "6001/6001" in shown and "wrote 6,001 events" in shown, shown[-500:]
+    assert len(target.read_text().splitlines()) == 6_001

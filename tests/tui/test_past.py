@@ -1,0 +1,60 @@
+"""`at:` on the Calls and Triage screens (issue 13): every call as it was at an instant, rebuilt
+from the history (not the current rows), the screen saying plainly that it shows the past, and
+no action taken on it."""
+
+from __future__ import annotations
+
+import time
+
+from tests.helpers import FAST, approve, claim, complete, enqueue, job, register_tool, report_unknown, start_side_effect
+from tests.tui.conftest import SIZE, make_app, notifications, screen_text, settle
+
+
+def iso(conn) -> str:
+    return conn.execute("select to_char(now() at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') as t"
+                        ).fetchone()["t"]
+
+
+async def test_calls_and_triage_at_an_instant_show_the_past(db):
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
+                      jitter_seconds=5)
+        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
+        e = enqueue(conn, "search", "past:1")
+        c = claim(conn, "w-then", ["search"])
+        p = enqueue(conn, "pay", "pay:past")
+        pc = claim(conn, "w-pay", ["pay"])
+        start_side_effect(conn, pc, "w-pay")
+        report_unknown(conn, pc, "w-pay")
+        time.sleep(0.05)
+        then = iso(conn)
+        time.sleep(0.05)
+        complete(conn, c, "w-then")
+        approve(conn, p["id"], "outcome_unknown", 1, operator="ana")
+        later = enqueue(conn, "search", "past:2")  # created after the instant: absent from the past
+        assert job(conn, e["id"])["state"] == "succeeded" and job(conn, p["id"])["state"] == "queued"
+    short, pay_short, later_short = str(e["id"])[:8], str(p["id"])[:8], str(later["id"])[:8]
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await settle(pilot, lambda: later_short in screen_text(app))
+        await pilot.press("slash", *f"at:{then}", "enter")
+        await settle(pilot, lambda: "THE PAST" in screen_text(app))
+        text = screen_text(app)
+        assert short in text and pay_short in text and later_short not in text, "calls created after T are absent"
+        row = next(line for line in text.splitlines() if short in line)
+        assert "running" in row and "succeeded" not in row, "the state then, not now"
+        assert "outcome unknown" in next(line for line in text.splitlines() if pay_short in line)
+        await pilot.press("c")
+        await settle(pilot, lambda: "shows the past" in notifications(app))
+        assert "What will change" not in screen_text(app), "no action on the past"
+        await pilot.press("1")
+        await settle(pilot)
+        await pilot.press("slash", *f"at:{then}", "enter")
+        await settle(pilot, lambda: "THE PAST" in screen_text(app))
+        assert pay_short in screen_text(app) and "outcome unknown" in screen_text(app), \
+            "triage then: the payment waited for a human"
+        await pilot.press("escape")
+        await settle(pilot, lambda: "THE PAST" not in screen_text(app))
+        await settle(pilot, lambda: str(p["id"]) not in app.screen.table.row_keys)
+        assert str(p["id"]) not in app.screen.table.row_keys, "now it is queued again: nothing needs a human"
