@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import IO, Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -44,6 +44,7 @@ from console.shared.times import Instant
 
 EXPORT_CURSOR = "leasectl_audit_export"
 VERIFY_CURSOR = "leasectl_audit_verify"
+ROWS_CURSOR = "leasectl_audit_verify_rows"
 BATCH = 2_000  # rows per FETCH: the most the client holds at once
 Progress = Callable[[int, int | None], None]
 
@@ -118,6 +119,12 @@ def count_events(conn: Conn, *, since: datetime | None = None, until: datetime |
     return row
 
 
+class TextSink(Protocol):
+    """Where an export writes: a text file, or stdout's descriptor (console.shared.files)."""
+
+    def write(self, text: str, /) -> int: ...
+
+
 def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str,
            batch: int = BATCH) -> Iterator[list[tuple[Any, ...]]]:
     """Batches of rows of queries/<name>.sql through a server-side cursor. Must run inside a
@@ -133,7 +140,7 @@ def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str,
         raise translate_error(exc, query.path) from exc
 
 
-def export(conn: Conn, out: IO[str], *, fmt: str = "jsonl", since: datetime | None = None,
+def export(conn: Conn, out: TextSink, *, fmt: str = "jsonl", since: datetime | None = None,
            until: datetime | None = None, job_id: uuid.UUID | None = None, owner: str | None = None,
            operator: str | None = None, kind: str | None = None, with_db_role: bool = False,
            on_progress: Progress | None = None, for_terminal: bool = False, batch: int = BATCH) -> dict[str, Any]:
@@ -188,6 +195,11 @@ def _ascii_line(line: str) -> str:
 # ----------------------------------------------------------------------------- verify
 
 
+def _rows_in_id_order(batches: Iterator[list[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+    for rows in batches:
+        yield from rows
+
+
 def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress | None = None,
            batch: int = BATCH) -> VerifyReport:
     """Replay every call's history (or every call with an event since `since`) and list what breaks
@@ -199,12 +211,31 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
     with conn.transaction():
         run(conn, "meta/snapshot")
         checked_at = now(conn)
+        # the current rows in the same id order, merged in: each history is held against its row,
+        # and a row with no history at all is found between two histories
+        current = _rows_in_id_order(stream(conn, "audit/verify_rows", {"since": since}, cursor_name=ROWS_CURSOR,
+                                           batch=batch))
+        pending = next(current, None)
+
+        def close(done: CallReplay) -> None:
+            nonlocal pending, calls
+            while pending is not None and pending[0] < done.job_id:
+                orphan = CallReplay(pending[0])
+                orphan.against_row(*pending[1:])
+                violations.extend(orphan.violations)
+                calls += 1
+                pending = next(current, None)
+            if pending is not None and pending[0] == done.job_id:
+                done.against_row(*pending[1:])
+                pending = next(current, None)
+            violations.extend(done.finish().violations)
+
         for rows in stream(conn, "audit/verify_events", {"since": since}, cursor_name=VERIFY_CURSOR, batch=batch):
             for (event_id, job_id, at, kind, token, state_from, state_to, owner_from, owner_to, lease_until,
                  previous, actor) in rows:
                 if replay is None or replay.job_id != job_id:
                     if replay is not None:
-                        violations.extend(replay.finish().violations)
+                        close(replay)
                     replay = CallReplay(job_id)
                     calls += 1
                 replay.feed(Step(event_id, at, kind, token, state_from, state_to, owner_from, owner_to,
@@ -213,7 +244,13 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
             if on_progress:
                 on_progress(events, None)
         if replay is not None:
-            violations.extend(replay.finish().violations)
+            close(replay)
+        while pending is not None:
+            orphan = CallReplay(pending[0])
+            orphan.against_row(*pending[1:])
+            violations.extend(orphan.violations)
+            calls += 1
+            pending = next(current, None)
     return VerifyReport(ok=not violations, since=since, calls=calls, events=events, violations=violations,
                         checked_at=checked_at, seconds=time.perf_counter() - t0)
 

@@ -410,8 +410,9 @@ def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, ca
         server = make_server(host, port, _app(registry), Server, handler_class=_QuietHandler)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise LeasectlError(f"cannot listen on {sanitize(listen, max_chars=80)}: {reason}",
-                            hint="another process may hold the port; choose another with --listen HOST:PORT") from None
+        # the address given cannot be used: bad input (exit 2), like an address that does not parse
+        raise BadInput(f"cannot listen on {sanitize(listen, max_chars=80)}: {reason}",
+                       hint="another process may hold the port; choose another with --listen HOST:PORT") from None
     stop = threading.Event()
     serving = threading.Thread(target=server.serve_forever, name="leasectl-exporter", daemon=True)
     serving.start()

@@ -48,10 +48,10 @@ import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from console.shared.config import SessionLimits
 from console.shared.errors import BadInput
@@ -180,6 +180,13 @@ class OwnerAt(Row):
     held_from: datetime | None = None
     held_until: datetime | None = None
     ended_by: str | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _in_utc(cls, value: datetime) -> datetime:
+        """Every time in JSON is UTC (Z), the instant asked for too, whatever offset it was typed in."""
+        return value.astimezone(UTC) if value.tzinfo is not None else value
+
     # beyond the contract's keys (the words and the screen use them; --json prints the contract's)
     zone: str = "UTC"
     existed: bool = True
@@ -456,6 +463,19 @@ class CallReplay:
             self._finished = (s.id, s.state_to)
         if self.keep_moments and s.state_to is not None:
             self.moments.append(Moment(eff, s.id, s.state_to, s.owner_to, self.token))
+
+    def against_row(self, state: str, owner_id: str | None, fencing_token: int) -> None:
+        """The history must end where the call's row is: a change made behind the triggers' back
+        (superuser, triggers disabled) has no event, and the row is the only trace of it."""
+        if not self._started and self.events == 0:
+            self._violate("missing_event", [], f"the call is {state} under token {fencing_token} but has no history "
+                          "at all: it was never enqueued through the journal")
+            return
+        if (self.state, self.owner, self.token) != (state, owner_id, fencing_token):
+            self._violate("missing_event", [self._last_change],
+                          f"the history leaves the call {self.state} with {sanitize(self.owner or 'no owner')} "
+                          f"under token {self.token}, its row says {state} with "
+                          f"{sanitize(owner_id or 'no owner')} under token {fencing_token}: a change without its event")
 
     def finish(self) -> CallReplay:
         """The check that needs the whole history: a grant dated inside another stretch (a forged row

@@ -22,6 +22,10 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates 0600 whatever the umask; the finished file gets what a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -29,3 +33,23 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
         except FileNotFoundError:
             pass
         raise
+
+
+class DescriptorWriter:
+    """Text written straight to a file descriptor, every byte or an exception. A buffered stdout
+    can take a short write into a closed pipe silently and exit 0 with the output cut; os.write
+    in a loop turns the closed pipe into BrokenPipeError at the write that met it."""
+
+    def __init__(self, fd: int, encoding: str = "utf-8") -> None:
+        self.fd = fd
+        self.encoding = encoding
+
+    def write(self, text: str) -> int:
+        data = memoryview(text.encode(self.encoding))
+        while data:
+            written = os.write(self.fd, data)
+            data = data[written:]
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered here."""

@@ -13,9 +13,11 @@ Verdicts. A lease missing from the answer is lost: that call alone learns it (lo
 journals heartbeat_lost, and is dropped from the schedule; the others carry on. A cancel request
 in the answer is the call's alone too. A statement that fails (the database is gone, a lock wait,
 a statement timeout) confirms nothing: every lease in it counts a failure and is retried within
-half a second. A lock wait or a timeout is retried one lease at a time, and a lease that meets
-it alone is renewed on its own after the others until it succeeds: only the call whose row is
-locked waits for the lock (and is journaled with the cause), not the whole process.
+half a second. After a lock wait, one probe that waits for no lock (worker/heartbeat_locked.sql,
+SKIP LOCKED) finds the rows another transaction holds; every other lease is renewed at once in
+one statement, and the held ones count a failure (journaled with the cause) and are probed
+again, never waited for, at their next beats: only the call whose row is locked can run out of
+lease, not the whole process.
 A lease is never renewed after its call stopped: a renewal in flight when the call ends gives no
 verdict to it.
 """
@@ -31,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from console.db.connect import Row
-from console.shared.errors import LeasectlError, RowLocked, StatementTimedOut
+from console.shared.errors import LeasectlError, RowLocked
 from console.worker import statements
 
 if TYPE_CHECKING:
@@ -252,11 +254,8 @@ class Renewals:
                 for lease in due:
                     lease.schedule_next()
                 continue
-            # a lease whose row was found locked is renewed on its own, after the others
-            self.renew([lease for lease in due if not lease.suspect], scheduled=True)
-            for lease in due:
-                if lease.suspect:
-                    self.renew([lease], scheduled=True)
+            # one statement for all; a lease whose row was found locked is probed first (_send)
+            self.renew(due, scheduled=True)
 
     # ---------------------------------------------------------------- one statement
     def renew(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None = None) -> list[bool | None]:
@@ -279,10 +278,14 @@ class Renewals:
                         del self._leases[lease.call.id]
                 self._cond.notify_all()
 
-    def _send(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None) -> list[bool | None]:
+    def _send(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None,
+              probed: bool = False) -> list[bool | None]:
         worker = self.worker
         if not batch:
             return []
+        if not probed and any(lease.suspect for lease in batch):
+            # a row found locked before: leave out whatever is still locked, without waiting for it
+            return self._around_locks(batch, scheduled=scheduled, wait=wait, error=None)
         if not worker._hb_lock.acquire(timeout=-1 if wait is None else wait):
             return [None] * len(batch)
         answer: list[Row] | None = None
@@ -299,16 +302,38 @@ class Renewals:
         finally:
             worker._hb_lock.release()
         if error is not None:
-            if isinstance(error, (RowLocked, StatementTimedOut)) and len(batch) > 1:
-                # one locked row must not hold back every lease of the process: one at a time
-                return [self._one(lease, scheduled) for lease in batch]
+            if isinstance(error, RowLocked) and not probed:
+                # one locked row must not hold back every lease of the process
+                return self._around_locks(batch, scheduled=scheduled, wait=wait, error=error)
             self._failed(batch, error)
             return [None] * len(batch)
         return self._verdicts(batch, answer or [], sent, scheduled)
 
-    def _one(self, lease: Heartbeat, scheduled: bool) -> bool | None:
-        verdicts = self._send([lease], scheduled=scheduled, wait=None)
-        return verdicts[0] if verdicts else None
+    def _around_locks(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None,
+                      error: RowLocked | None) -> list[bool | None]:
+        """Renew at once, in one statement, every lease whose row is free this instant (found with
+        SKIP LOCKED: no lock wait); a lease whose row is held is not renewed this time (a failure,
+        retried within half a second, journaled with its cause), and waits for nothing. Only the
+        call whose row is locked can run out of lease: the others never wait behind it."""
+        worker = self.worker
+        try:
+            with worker._hb_lock:
+                locked_ids = {row["id"] for row in statements.rows(
+                    worker._heartbeat_conn(), "worker/heartbeat_locked",
+                    job_ids=[lease.call.id for lease in batch], worker_id=worker.worker_id)}
+        except LeasectlError as exc:
+            worker._drop_heartbeat_conn()
+            self._failed(batch, exc)
+            return [None] * len(batch)
+        free = [lease for lease in batch if lease.call.id not in locked_ids]
+        held = [lease for lease in batch if lease.call.id in locked_ids]
+        verdicts = dict(zip([lease.call.id for lease in free],
+                            self._send(free, scheduled=scheduled, wait=wait, probed=True), strict=True))
+        if held:
+            for lease in held:
+                lease.suspect = True
+            self._failed(held, error or RowLocked("the row is locked by another transaction (lock_timeout)"))
+        return [verdicts.get(lease.call.id) for lease in batch]
 
     def _failed(self, batch: list[Heartbeat], error: LeasectlError) -> None:
         with self._stats_lock:
@@ -316,8 +341,6 @@ class Renewals:
         now = time.monotonic()
         for lease in batch:
             lease.failures += 1
-            if len(batch) == 1 and isinstance(error, (RowLocked, StatementTimedOut)):
-                lease.suspect = True
             self.worker._log("heartbeat_error", lease.call, error=str(error),
                              confirmed_left=round(lease.confirmed_until - now, 3))
             self.worker._database_error(lease.call, "worker/heartbeat_many", error)

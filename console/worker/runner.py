@@ -94,6 +94,12 @@ __all__ = [
 ]
 
 
+# a final write (complete, fail, confirm cancel) that meets a locked row is sent this many times
+# in all (each waits lock_timeout) before the call is left to its lease: the sweep or the next
+# owner takes it from there, as after a crash
+FINAL_WRITE_ATTEMPTS = 3
+
+
 def _utcnow() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -403,8 +409,10 @@ class Worker:
             log.warning("database unavailable for %s: %s", self.worker_id, exc)
         else:
             log.warning("worker %s: %s", self.worker_id, exc)
-        with self._main_lock:
-            self._drop_main_conn()
+        if not isinstance(exc, (RowLocked, StatementTimedOut)):
+            # a lock wait or a timeout leaves the shared connection sound: the other calls keep it
+            with self._main_lock:
+                self._drop_main_conn()
         stop.wait(self._backoff)
         if isinstance(exc, DatabaseUnavailable):
             self._backoff = min(self._backoff * 2, 5.0)
@@ -486,17 +494,26 @@ class Worker:
         """Run a final guarded write. If the connection breaks, the write may or may not have
         committed: reconnect and send it once more (the guard makes a repeat harmless); the
         caller then tells "my first attempt landed" from "rejected" by reading the call."""
-        for attempt in range(2):
+        broken = waited = 0
+        while True:
             try:
                 return self._write(name, **params)
             except DatabaseUnavailable:
-                if attempt == 1:
+                broken += 1
+                if broken == 2:
                     raise
                 time.sleep(0.2)
+            except (RowLocked, StatementTimedOut) as exc:
+                # a long transaction elsewhere holds the row (or the server is slow): the answer
+                # is worth keeping, and the guard still fences the retry (zero rows once the lease
+                # is gone); journaled each time with its cause
+                self._database_error(call, name, exc)
+                waited += 1
+                if waited == FINAL_WRITE_ATTEMPTS:
+                    raise
             except LeasectlError as exc:
                 self._database_error(call, name, exc)
                 raise
-        return None  # pragma: no cover - the loop returns or raises
 
     def _landed(self, call: ClaimedCall, state: str) -> dict[str, Any] | None:
         """After a zero-row answer to a retried write: did the first attempt commit?"""
@@ -523,6 +540,9 @@ class Worker:
                                    fencing_token=call.fencing_token, result=Jsonb(result), tools=self.tools)
             except DatabaseUnavailable:
                 pass  # fate unknown; the plain retry below cannot claim a second call by accident
+            except (RowLocked, StatementTimedOut) as exc:
+                # rolled back, nothing claimed: journaled, then the plain complete retries it
+                self._database_error(call, "worker/complete_and_claim", exc)
         if both is not None:
             row = both if both["completed"] else None
             next_call = self._claimed(both, sent)

@@ -354,7 +354,9 @@ def test_export_bad_input_writes_nothing(cli, tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert not target.exists() and not list(tmp_path.iterdir()), args
     directory = invoke("audit", "export", "--output", str(tmp_path))
-    assert directory.exit_code == 2 and "is a directory" in directory.output
+    assert directory.exit_code == 2 and "names a directory" in directory.output
+    slash = invoke("audit", "export", "--output", str(tmp_path / "not-yet") + "/")
+    assert slash.exit_code == 2 and "names a directory" in slash.output, "a trailing / is a directory, even a missing one"
     missing = invoke("audit", "export", "--output", str(tmp_path / "nowhere" / "x.jsonl"))
     assert missing.exit_code == 2 and "does not exist" in missing.output
     assert not list(tmp_path.iterdir())
@@ -436,6 +438,18 @@ def test_a_closed_pipe_ends_the_export_with_a_message(cli, db):
     assert "closed the pipe" in error and "incomplete" in error and "Traceback" not in error
 
 
+def test_a_closed_pipe_is_heard_even_inside_the_first_batch(cli, db):
+    """Fewer events than one batch, more bytes than a pipe holds: one write meets the closed pipe
+    part-way (a buffered stdout exited 0 here, the output cut and nothing said)."""
+    invoke, conn = cli
+    _many_events(conn, 600)
+    proc = subprocess.run(f"{sys.executable} -m console audit export --dsn '{db.dsn}' | head -c 100 > /dev/null; "
+                          "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode != 0, proc.stderr
+    assert "closed the pipe" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # ----------------------------------------------------------------------------- verify
 
 
@@ -512,6 +526,32 @@ def test_verify_finds_a_fallen_token_a_second_finish_and_a_missing_event(cli):
     assert since.exit_code == 4 and json.loads(since.stdout)["calls"] == 2
     future = invoke("audit", "verify", "--since", "2999-01-01T00:00:00Z", "--json")
     assert future.exit_code == 0 and json.loads(future.stdout)["calls"] == 0
+
+
+def test_verify_finds_a_change_made_behind_the_triggers_back_and_a_call_with_no_history(cli):
+    """Changes that write no event at all: only the row shows them. Verify holds the end of each
+    history against the call's row, and finds rows with no history between the histories."""
+    invoke, conn = cli
+    _history(conn)
+    e = enqueue(conn, "search")
+    claim(conn, "w-1", ["search"])
+    conn.execute("alter table tool_jobs disable trigger user")
+    try:
+        conn.execute("update tool_jobs set owner_id = 'ghost', fencing_token = fencing_token + 1 where id = %s",
+                     (e["id"],))
+        ghost = conn.execute("insert into tool_jobs (tool, idempotency_key, payload, state, owner_id, fencing_token, "
+                             "attempt, lease_until) values ('search', 'no-history', '{}', 'running', 'w-9', 3, 1, "
+                             "now() + interval '1 minute') returning id").fetchone()["id"]
+    finally:
+        conn.execute("alter table tool_jobs enable trigger user")
+    result = invoke("audit", "verify", "--json")
+    assert result.exit_code == 4, result.output
+    report = json.loads(result.stdout)
+    found = {(v["job_id"], v["rule"]) for v in report["violations"]}
+    assert found == {(str(e["id"]), "missing_event"), (str(ghost), "missing_event")}, report["violations"]
+    why = {v["job_id"]: v["why"] for v in report["violations"]}
+    assert "ghost" in why[str(e["id"])] and "w-1" in why[str(e["id"])]
+    assert "no history" in why[str(ghost)]
 
 
 # ----------------------------------------------------------------------------- jobs --at

@@ -220,7 +220,7 @@ def test_bad_input_exits_2_with_a_message(db, args, words):
     assert words in result.output and "Traceback" not in result.output
 
 
-def test_a_port_in_use_is_a_clear_message_not_a_traceback(db):
+def test_a_port_in_use_is_bad_input_with_a_clear_message(db):
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
     held.listen(1)
@@ -230,7 +230,7 @@ def test_a_port_in_use_is_a_clear_message_not_a_traceback(db):
                                  "--dsn", db.dsn], capture_output=True, text=True, timeout=60, cwd=ROOT)
     finally:
         held.close()
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "in use" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 

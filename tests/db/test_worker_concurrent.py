@@ -264,3 +264,63 @@ def test_stop_lets_the_calls_in_flight_finish_and_claims_no_more(db, conn):
     assert sorted(states(conn, ids).values()) == ["queued"] * 3 + ["succeeded"] * 3, \
         "the three in flight finished, and none claimed a successor after the stop"
     assert worker_connections(conn, "wc") == 0, "both connections closed"
+
+
+def test_a_completion_that_meets_a_locked_row_is_journaled_and_retried_not_dropped(db, conn):
+    """A long transaction elsewhere holds a call's row when its tool answers: the completion (fused
+    with the next claim) meets lock_timeout. It is journaled with its cause, sent again, and lands
+    once the row is free; the shared connection and the other call are not disturbed."""
+    first = enqueue(conn, "slow", payload={"i": 0})["id"]
+    second = enqueue(conn, "slow", payload={"i": 1})["id"]
+    locked = threading.Event()
+
+    def handler(ctx: CallContext) -> dict:
+        if ctx.payload["i"] == 0:
+            assert locked.wait(10)
+        return {"i": ctx.payload["i"]}
+
+    limits = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=300, idle_in_transaction_ms=30_000)
+    worker = Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=2, limits=limits)
+    run = Running(worker, max_calls=2)
+    running_tokens(conn, [first])
+    with db.connect() as holder:
+        with holder.transaction():
+            holder.execute("select id from tool_jobs where id = %s for no key update", (first,))
+            locked.set()
+            time.sleep(0.8)  # longer than two lock waits, shorter than the worker's patience
+    assert run.done() == 2
+    assert states(conn, [first, second]) == {first: "succeeded", second: "succeeded"}
+    assert job(conn, first)["result"] == {"i": 0}, "the tool's answer was kept"
+    errors = [e for e in events(conn, first) if e["kind"] == "database_error"]
+    assert errors and {e["details"]["cause"] for e in errors} == {"lock_timeout"}, events(conn, first)
+
+
+def test_locked_rows_cost_their_own_calls_only_never_the_process(db, conn):
+    """Another transaction holds three of six rows longer than a lease. With the default 2 s lock
+    wait, renewing the held ones one after the other (2 s each) starved every lease of the process;
+    the free ones must keep their leases and finish, whatever happens to the held ones."""
+    ids = [enqueue(conn, "slow", payload={"i": i})["id"] for i in range(6)]
+    release = threading.Event()
+
+    def handler(ctx: CallContext) -> dict:
+        while not release.is_set():
+            ctx.sleep(0.2)
+        ctx.sleep(1.0)  # a few more beats after the lock is gone
+        return {"i": ctx.payload["i"]}
+
+    worker = Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=6)
+    run = Running(worker, max_calls=6)
+    running_tokens(conn, ids)
+    held, free = ids[:3], ids[3:]
+    with db.connect() as holder:
+        with holder.transaction():
+            holder.execute("select id from tool_jobs where id = any(%s) for no key update", (held,))
+            time.sleep(5.0)  # longer than the lease (4 s)
+    release.set()
+    run.done(timeout=30)
+    for i in free:
+        kinds = [e["kind"] for e in events(conn, i)]
+        assert "heartbeat_lost" not in kinds, (i, kinds)
+        assert job(conn, i)["state"] == "succeeded", (i, job(conn, i)["state"])
+    assert any(e["kind"] == "database_error" and e["details"]["cause"] == "lock_timeout"
+               for i in held for e in events(conn, i)), "the lock wait is journaled on the held calls"

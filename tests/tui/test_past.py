@@ -58,3 +58,27 @@ async def test_calls_and_triage_at_an_instant_show_the_past(db):
         await settle(pilot, lambda: "THE PAST" not in screen_text(app))
         await settle(pilot, lambda: str(p["id"]) not in app.screen.table.row_keys)
         assert str(p["id"]) not in app.screen.table.row_keys, "now it is queued again: nothing needs a human"
+
+
+async def test_an_age_in_at_is_one_instant_not_a_moving_window(db):
+    """at:2h means two hours before the filter was applied, and stays that instant on every refresh
+    (re-read on each poll it slid forward: no fixed T, pages from different instants)."""
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", **FAST)
+        enqueue(conn, "search", "past:age")
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        for screen_key in ("2", "1"):
+            await pilot.press(screen_key)
+            await settle(pilot)
+            await pilot.press("slash", *"at:1s", "enter")
+            await settle(pilot, lambda: "THE PAST" in screen_text(app))
+            first = app.screen.as_of
+            assert first is not None
+            fetched = app.screen.fetched_at
+            time.sleep(0.3)
+            await pilot.press("r")
+            await settle(pilot, lambda fetched=fetched: app.screen.fetched_at != fetched)
+            assert app.screen.as_of is not None and app.screen.as_of.at == first.at, "the same instant"
+            await pilot.press("escape")
+            await settle(pilot, lambda: "THE PAST" not in screen_text(app))

@@ -29,12 +29,11 @@ from console.operator.cli.common import (
     friendly,
     out,
     print_json,
-    read_only_option,
 )
 from console.operator.present import audit as words
 from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
 from console.shared.errors import BadInput
-from console.shared.files import atomic_write
+from console.shared.files import DescriptorWriter, atomic_write
 from console.shared.filters import JobFilter
 from console.shared.models import JobSummary
 from console.shared.text import sanitize
@@ -53,13 +52,12 @@ UntilOption = Annotated[str | None, typer.Option("--until", help=f"Up to this ti
 
 
 def connect_for_audit(dsn: str | None) -> Conn:
-    """A reading session with the auditor's limits (0002 gives leasectl_auditor the same): read-only
-    in the database, as leasectl_auditor where the role may, when --read-only was given."""
-    read_only = read_only_option()
-    conn = connect(dsn_option(dsn), read_only=read_only, limits=AUDIT_LIMITS)
+    """A reading session with the auditor's limits (0002 gives leasectl_auditor the same), read-only
+    in the database, and as leasectl_auditor whenever the login is a member: a NOINHERIT member has
+    the role's privileges only once it takes the role. The audit commands only read."""
+    conn = connect(dsn_option(dsn), read_only=True, limits=AUDIT_LIMITS)
     try:
-        if read_only:
-            run(conn, "meta/assume_auditor")
+        run(conn, "meta/assume_auditor")
         check_compatible(conn)
     except BaseException:
         conn.close()
@@ -161,13 +159,14 @@ def actions_command(
 # ----------------------------------------------------------------------------- export
 
 
-def _target(output: Path | None) -> Path | None:
+def _target(output: str | None) -> Path | None:
     """The file to write, checked before anything is read: bad input writes nothing."""
     if output is None:
         return None
-    path = Path(os.path.expanduser(str(output)))
-    if path.is_dir():
-        raise BadInput(f"--output {sanitize(str(path))} is a directory: give a file name")
+    raw = os.path.expanduser(output)
+    path = Path(raw)
+    if path.is_dir() or raw.endswith(os.sep):
+        raise BadInput(f"--output {sanitize(raw)} names a directory: give a file name")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise BadInput(f"--output: the directory {sanitize(str(parent))} does not exist")
@@ -176,9 +175,10 @@ def _target(output: Path | None) -> Path | None:
     return path
 
 
-def _progress() -> Progress | None:
-    """A progress bar on a terminal (stderr); nothing at all when stderr is not one."""
-    if not err.is_terminal:
+def _progress(to_file: bool) -> Progress | None:
+    """A progress bar on a terminal (stderr) while writing to a file; nothing at all when stderr is
+    not a terminal, nor when the rows themselves go to the terminal (the bar would mix into them)."""
+    if not err.is_terminal or not to_file:
         return None
     return Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
                     TimeElapsedColumn(), console=err, transient=True)
@@ -202,7 +202,7 @@ def export_command(
                                             show_default=False)] = None,
     fmt: Annotated[str, typer.Option("--format", help="jsonl (typed, one object a line) or csv (with a "
                                                       "header; details as JSON text)")] = "jsonl",
-    output: Annotated[Path | None, typer.Option("--output", help="Write to this file (under a temporary name, "
+    output: Annotated[str | None, typer.Option("--output", help="Write to this file (under a temporary name, "
                                                 "renamed when complete); default: standard output",
                                                 show_default=False)] = None,
     with_db_role: Annotated[bool, typer.Option("--with-db-role", help="Add db_role: the database role that "
@@ -218,7 +218,7 @@ def export_command(
         raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
     path = _target(output)
     done = [0]
-    bar = _progress()
+    bar = _progress(path is not None)
     task: TaskID | None = None
 
     def progress(count: int, total: int | None) -> None:
@@ -240,8 +240,9 @@ def export_command(
                     with atomic_write(path, newline="") as handle:
                         summary = audit_db.export(conn, handle, **arguments)
                 else:
-                    summary = audit_db.export(conn, sys.stdout, for_terminal=sys.stdout.isatty(), **arguments)
                     sys.stdout.flush()
+                    summary = audit_db.export(conn, DescriptorWriter(sys.stdout.fileno()),
+                                              for_terminal=sys.stdout.isatty(), **arguments)
         except KeyboardInterrupt:
             where = (f"nothing was written to {sanitize(str(path))} (no partial file)" if path is not None
                      else "the output above is incomplete")

@@ -36,6 +36,9 @@ def call_commands(screen: PollingScreen, job: JobSummary | None) -> Iterable[Sys
                         screen.action_approve_retry)
 
 
+# the past does not change: rebuilt again now and then (a later event can tell its lease), not every poll
+PAST_POLL_SECONDS = 30.0
+
 class CallListScreen(PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_call", "Open", tooltip="Everything about the selected call"),

@@ -16,7 +16,7 @@ from textual.worker import Worker, WorkerState
 from console.db import audit, bulk, reads
 from console.db.connect import Conn
 from console.operator.tui.failures import describe_failure
-from console.operator.tui.screens.calllist import CallListScreen
+from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen
 from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
@@ -64,7 +64,8 @@ class CallsScreen(CallListScreen):
     def load(self, conn: Conn) -> tuple[list[JobSummary], datetime]:
         if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
             now = reads.db_info(conn).db_now
-            self.as_of = parse_time(self.where.at, now=now, what="at:")
+            if self.as_of is None:  # an age (at:2h) is resolved once, when the filter is applied: T stays put
+                self.as_of = parse_time(self.where.at, now=now, what="at:")
             past = audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAGE, before=self.cursors[-1])
             return list(past), now
         rows = reads.jobs(conn, self.where, before=self.cursors[-1], limit=PAGE)
@@ -96,6 +97,8 @@ class CallsScreen(CallListScreen):
 
     def filter_changed(self) -> None:
         self.cursors = [None]
+        self.as_of = None
+        self.poll_seconds = PAST_POLL_SECONDS if self.where.at is not None else None
         self.show_filter_line()
         self.fetch()
 

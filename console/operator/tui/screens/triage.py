@@ -13,7 +13,7 @@ from textual.widgets import Footer, Static
 from console.db import audit, reads
 from console.db.connect import Conn
 from console.operator.present.words import clock, one_line
-from console.operator.tui.screens.calllist import CallListScreen, no_match_words
+from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen, no_match_words
 from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.counts import CountsStrip
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
@@ -65,7 +65,8 @@ class TriageScreen(CallListScreen):
     def load(self, conn: Conn) -> TriageSnapshot:
         if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
             now = reads.db_info(conn).db_now
-            self.as_of = parse_time(self.where.at, now=now, what="at:")
+            if self.as_of is None:  # an age (at:2h) is resolved once, when the filter is applied: T stays put
+                self.as_of = parse_time(self.where.at, now=now, what="at:")
             return past_triage(audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAST_LIMIT), now)
         return reads.triage(conn)
 
@@ -91,8 +92,9 @@ class TriageScreen(CallListScreen):
                              f"{c.queued} queued.")
 
     def filter_changed(self) -> None:
+        self.poll_seconds = PAST_POLL_SECONDS if self.where.at is not None else None
         if self.where.at is not None or (self.snapshot is not None and self.as_of is not None):
-            self.as_of = None if self.where.at is None else self.as_of
+            self.as_of = None
             self.fetch()  # the past (or back to now) is another read, not another view of this one
             self.show_filter_line()
         elif self.snapshot is not None:
