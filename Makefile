@@ -59,9 +59,12 @@ test-pg15: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -n 4 -m "not slow and not wheel" tests
 
-bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit
+bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale
 
-.PHONY: bench-audit
+.PHONY: bench-audit bench-scale
+bench-scale: $(STAMP)
+	$(BIN)/python -m tests.bench.scale $(ARGS)
+
 bench-audit: $(STAMP)
 	$(BIN)/python -m tests.bench.audit $(ARGS)
 
