@@ -283,11 +283,10 @@ def test_a_completion_that_meets_a_locked_row_is_journaled_and_retried_not_dropp
     worker = Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=2, limits=limits)
     run = Running(worker, max_calls=2)
     running_tokens(conn, [first])
-    with db.connect() as holder:
-        with holder.transaction():
-            holder.execute("select id from tool_jobs where id = %s for no key update", (first,))
-            locked.set()
-            time.sleep(0.8)  # longer than two lock waits, shorter than the worker's patience
+    with db.connect() as holder, holder.transaction():
+        holder.execute("select id from tool_jobs where id = %s for no key update", (first,))
+        locked.set()
+        time.sleep(0.8)  # longer than two lock waits, shorter than the worker's patience
     assert run.done() == 2
     assert states(conn, [first, second]) == {first: "succeeded", second: "succeeded"}
     assert job(conn, first)["result"] == {"i": 0}, "the tool's answer was kept"
@@ -312,10 +311,9 @@ def test_locked_rows_cost_their_own_calls_only_never_the_process(db, conn):
     run = Running(worker, max_calls=6)
     running_tokens(conn, ids)
     held, free = ids[:3], ids[3:]
-    with db.connect() as holder:
-        with holder.transaction():
-            holder.execute("select id from tool_jobs where id = any(%s) for no key update", (held,))
-            time.sleep(5.0)  # longer than the lease (4 s)
+    with db.connect() as holder, holder.transaction():
+        holder.execute("select id from tool_jobs where id = any(%s) for no key update", (held,))
+        time.sleep(5.0)  # longer than the lease (4 s)
     release.set()
     run.done(timeout=30)
     for i in free:

@@ -1,8 +1,9 @@
 """The leasectl command line: thin. It parses options and calls the functions the console uses.
 
-`leasectl` alone opens the console. `--dsn`, `--read-only` and `--operator` may stand before the
-command or after it; given in both places with different values they are refused, never one of
-them silently ignored. Exit codes: see console.operator.cli.common.
+`leasectl` alone opens the console. `--dsn` and `--operator` may stand before the command or
+after it; given in both places with different values they are refused, never one of them silently
+ignored. `--read-only` stands before the command (after it, it is an unknown option: refused).
+Exit codes: see console.operator.cli.common.
 """
 
 from __future__ import annotations
