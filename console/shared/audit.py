@@ -57,7 +57,7 @@ from console.shared.config import SessionLimits
 from console.shared.errors import BadInput
 from console.shared.models import LIVE_STATES, TERMINAL_STATES, Event, JobSummary, Row
 from console.shared.text import sanitize
-from console.shared.times import TIME_FORMS, Instant, check_range, parse_time
+from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, parse_time
 
 # The kinds the tool_jobs trigger writes for an ownership or state change (migrations/0001, 0005).
 CHANGE_KINDS = ("claimed", "reclaimed", "state_changed", "fenced")
@@ -641,7 +641,8 @@ def parse_audit_filter(text: str, *, now: datetime | None = None) -> AuditFilter
     for key in ("since", "until", "at"):
         if key in values:
             try:
-                times[key] = parse_time(values[key], now=now, what=f"{key}:")
+                times[key] = (parse_past(values[key], now=now, what="at:") if key == "at" and now is not None
+                              else parse_time(values[key], now=now, what=f"{key}:"))
             except BadInput as exc:
                 raise BadInput(str(exc), hint=audit_grammar()) from None
     try:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TextIO
 
 
 @contextmanager
@@ -33,6 +34,18 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
         except FileNotFoundError:
             pass
         raise
+
+
+def stdout_writer() -> DescriptorWriter | TextIO:
+    """Standard output for a stream of rows: its descriptor when it has one (a terminal, a file, a
+    pipe), else the stream itself (an in-memory stdout: a caller running the CLI in-process, which
+    has no pipe to close under us)."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError
+        return sys.stdout
+    return DescriptorWriter(fd)
 
 
 class DescriptorWriter:

@@ -68,6 +68,16 @@ def parse_time(text: str, *, now: datetime | None = None, what: str = "time") ->
     return Instant(parsed, zone, cleaned)
 
 
+def parse_past(text: str, *, now: datetime, what: str = "time") -> Instant:
+    """An instant the history can answer for: not after `now` (the database's clock). The history
+    holds nothing after now, so an answer there would be the present passed off as the future."""
+    instant = parse_time(text, now=now, what=what)
+    if instant.at > now:
+        raise BadInput(f"{what} {instant.describe()} is in the future: the database's clock says it is "
+                       f"{now.astimezone(UTC).isoformat()} (UTC) and the history holds nothing after that")
+    return instant
+
+
 def check_range(since: Instant | None, until: Instant | None) -> None:
     if since is not None and until is not None and since.at > until.at:
         raise BadInput(f"--since {since.describe()} is after --until {until.describe()}")

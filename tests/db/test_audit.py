@@ -218,6 +218,8 @@ def test_owner_bad_input_is_exit_2_with_a_message(cli):
     assert before["owner_id"] is None and before["fencing_token"] is None, "the call did not exist yet"
     local = invoke("audit", "owner", str(e["id"]), "--at", "2001-01-01T00:00:00")
     assert local.exit_code == 0 and "local" in local.output, "a time without an offset says which zone it used"
+    future = invoke("audit", "owner", str(e["id"]), "--at", "2999-01-01T00:00:00Z")
+    assert future.exit_code == 2 and "in the future" in future.output, "the history cannot answer for the future"
 
 
 # ----------------------------------------------------------------------------- actions
@@ -598,6 +600,8 @@ def test_jobs_at_is_rebuilt_from_the_history_not_the_current_row(cli):
     human = invoke("jobs", "--at", iso(moment))
     assert human.exit_code == 0 and "as it was at" in human.output and "rebuilt from the history" in human.output
     assert invoke("jobs", "--at", "soonish").exit_code == 2
+    future = invoke("jobs", "--at", "2999-01-01T00:00:00Z", "--json")
+    assert future.exit_code == 2 and "in the future" in future.output and "[" not in future.stdout
 
 
 def test_jobs_at_agrees_with_owner_at(cli, db):
@@ -667,7 +671,8 @@ def test_the_audit_filter_grammar():
     assert parse_audit_filter("", now=now) == AuditFilter()
     for bad, words in (("state:running", "unknown filter key"), ("owner:", "nothing after"),
                        ("since:1h until:2h", "since: "), ("at:soon", "ISO 8601"), ("kind:Bad-Kind", "event kind"),
-                       ("w-3", "not a call-id prefix"), ("job:1 job:2", "given twice")):
+                       ("w-3", "not a call-id prefix"), ("job:1 job:2", "given twice"),
+                       ("at:2026-07-23T21:15:00Z", "in the future")):
         with pytest.raises(BadInput) as info:
             parse_audit_filter(bad, now=now)
         assert words in str(info.value), (bad, str(info.value))

@@ -82,3 +82,16 @@ async def test_an_age_in_at_is_one_instant_not_a_moving_window(db):
             assert app.screen.as_of is not None and app.screen.as_of.at == first.at, "the same instant"
             await pilot.press("escape")
             await settle(pilot, lambda: "THE PAST" not in screen_text(app))
+
+
+async def test_an_instant_in_the_future_is_refused_while_the_bar_is_open(db):
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", **FAST)
+        e = enqueue(conn, "search", "future:1")
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await settle(pilot, lambda: str(e["id"])[:8] in screen_text(app))
+        await pilot.press("slash", *"at:2999-01-01T00:00:00Z", "enter")
+        await settle(pilot, lambda: "in the future" in notifications(app))
+        assert "THE PAST" not in screen_text(app), "nothing was passed off as the past"

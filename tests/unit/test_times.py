@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from console.shared.errors import BadInput
-from console.shared.times import check_range, parse_duration, parse_time
+from console.shared.times import check_range, parse_duration, parse_past, parse_time
 
 NOW = datetime(2026, 12, 3, 2, 13, tzinfo=UTC)
 
@@ -45,3 +45,10 @@ def test_since_after_until_is_bad_input():
     with pytest.raises(BadInput, match="is after"):
         check_range(parse_time("1h", now=NOW), parse_time("2h", now=NOW))
     check_range(parse_time("2h", now=NOW), parse_time("1h", now=NOW))
+
+
+def test_an_instant_after_the_database_clock_is_refused_for_the_past():
+    with pytest.raises(BadInput, match="in the future"):
+        parse_past("2026-12-03T02:14:00Z", now=NOW)
+    assert parse_past("2026-12-03T02:13:00Z", now=NOW).at == NOW, "now itself is the past's last instant"
+    assert parse_past("1m", now=NOW).at == NOW - timedelta(minutes=1)

@@ -33,11 +33,11 @@ from console.operator.cli.common import (
 from console.operator.present import audit as words
 from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
 from console.shared.errors import BadInput
-from console.shared.files import DescriptorWriter, atomic_write
+from console.shared.files import atomic_write, stdout_writer
 from console.shared.filters import JobFilter
 from console.shared.models import JobSummary
 from console.shared.text import sanitize
-from console.shared.times import TIME_FORMS, Instant, check_range, parse_time
+from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, parse_time
 
 audit_app = typer.Typer(name="audit", no_args_is_help=True, add_completion=False,
                         help="Read-only audit of the history: who held a call when, what operators did, the "
@@ -104,8 +104,7 @@ def owner_command(
     the expiry it is not."""
     with connect_for_audit(dsn) as conn:
         job_id = reads.resolve(conn, job)
-        instant = _time(conn, at, "--at")
-        assert instant is not None
+        instant = parse_past(at, now=audit_db.now(conn), what="--at")
         answer = audit_db.owner(conn, job_id, instant)
     if as_json:
         print_json(answer.contract())
@@ -240,8 +239,7 @@ def export_command(
                     with atomic_write(path, newline="") as handle:
                         summary = audit_db.export(conn, handle, **arguments)
                 else:
-                    sys.stdout.flush()
-                    summary = audit_db.export(conn, DescriptorWriter(sys.stdout.fileno()),
+                    summary = audit_db.export(conn, stdout_writer(),
                                               for_terminal=sys.stdout.isatty(), **arguments)
         except KeyboardInterrupt:
             where = (f"nothing was written to {sanitize(str(path))} (no partial file)" if path is not None
@@ -293,7 +291,7 @@ def verify_command(
 def jobs_as_of(conn: Conn, at: str, where: JobFilter, limit: int) -> list[JobSummary]:
     """`leasectl jobs --at TIME`: every call as it was then, from the history only (same keys as
     `jobs --json`, plus as_of). The past is said plainly, on stderr (stdout stays the rows)."""
-    instant = parse_time(at, now=audit_db.now(conn), what="--at")
+    instant = parse_past(at, now=audit_db.now(conn), what="--at")
     rows = audit_db.jobs_at(conn, instant.at, where, limit)
     err.print(f"[bold]as it was at {words.instant_words(instant.at, instant.zone)}[/] — rebuilt from the history "
               "(heartbeats are not journaled: no heartbeat ages; the lease as the next event found it)")

@@ -23,6 +23,7 @@ from console.operator.tui.widgets.livetable import LiveTable
 from console.shared.filters import JobFilter, parse_filter
 from console.shared.models import JobSummary
 from console.shared.text import sanitize
+from console.shared.times import parse_past
 
 
 def call_commands(screen: PollingScreen, job: JobSummary | None) -> Iterable[SystemCommand]:
@@ -179,7 +180,11 @@ class CallListScreen(PollingScreen):
         self.filter_value = value
 
     def parse_filter_text(self, text: str) -> JobFilter:
-        return parse_filter(text)
+        parsed = parse_filter(text)
+        now = self.now()
+        if parsed.at is not None and now is not None:
+            parse_past(parsed.at, now=now, what="at:")  # the future refused here, while the bar is open
+        return parsed
 
     def filter_applied(self) -> None:
         self.table.focus()

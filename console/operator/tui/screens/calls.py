@@ -23,7 +23,7 @@ from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.filters import JobFilter, grammar
 from console.shared.models import JobSummary
-from console.shared.times import Instant, parse_time
+from console.shared.times import Instant, parse_past
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
 
@@ -65,7 +65,7 @@ class CallsScreen(CallListScreen):
         if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
             now = reads.db_info(conn).db_now
             if self.as_of is None:  # an age (at:2h) is resolved once, when the filter is applied: T stays put
-                self.as_of = parse_time(self.where.at, now=now, what="at:")
+                self.as_of = parse_past(self.where.at, now=now, what="at:")
             past = audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAGE, before=self.cursors[-1])
             return list(past), now
         rows = reads.jobs(conn, self.where, before=self.cursors[-1], limit=PAGE)

@@ -22,7 +22,7 @@ from console.operator.tui.widgets.status import TopChrome
 from console.shared.filters import grammar
 from console.shared.health import HEALTH_RANK
 from console.shared.models import Counts, JobSummary, TriageSnapshot
-from console.shared.times import Instant, parse_time
+from console.shared.times import Instant, parse_past
 
 # at 80 columns: the id, its health, the lease and the heartbeat stay; the rest gives way first
 COLUMNS = [
@@ -66,7 +66,7 @@ class TriageScreen(CallListScreen):
         if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
             now = reads.db_info(conn).db_now
             if self.as_of is None:  # an age (at:2h) is resolved once, when the filter is applied: T stays put
-                self.as_of = parse_time(self.where.at, now=now, what="at:")
+                self.as_of = parse_past(self.where.at, now=now, what="at:")
             return past_triage(audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAST_LIMIT), now)
         return reads.triage(conn)
 
