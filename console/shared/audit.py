@@ -170,6 +170,13 @@ class Holding(Row):
     lease_known: datetime | None = None  # the latest lease value the history shows for it
 
 
+class Violation(Row):
+    job_id: uuid.UUID
+    rule: str
+    event_ids: list[int]
+    why: str
+
+
 class OwnerAt(Row):
     """`leasectl audit owner JOB --at TIME`: who held the call's lease at that instant."""
 
@@ -195,6 +202,10 @@ class OwnerAt(Row):
     holding: Holding | None = None
     previous: Holding | None = None  # when nobody held it: the last stretch that ended before
     timeline: list[Holding] = []
+    # a history that breaks the rules (only a superuser can make one): every other stretch that
+    # also covers the instant, and what verify would say of this call; the answer is then not one owner
+    also_held: list[Holding] = []
+    violations: list[Violation] = []
 
     CONTRACT: tuple[str, ...] = ("job_id", "at", "owner_id", "fencing_token", "held_from", "held_until", "ended_by")
 
@@ -225,13 +236,6 @@ class OperatorAction(Row):
     def contract(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", include=set(self.CONTRACT))
         return {key: data[key] for key in self.CONTRACT}
-
-
-class Violation(Row):
-    job_id: uuid.UUID
-    rule: str
-    event_ids: list[int]
-    why: str
 
 
 class VerifyReport(Row):
@@ -550,12 +554,14 @@ def owner_at(job_id: uuid.UUID, events: Iterable[Any], at: Instant) -> OwnerAt:
     token = moment.fencing_token if moment else 0
     if held is not None:
         h = held.holding()
+        others = [s.holding() for s in r.stretches
+                  if s is not held and s.raw_from <= when and (s.held_until is None or when < s.held_until)]
         return OwnerAt(job_id=job_id, at=when, zone=at.zone, owner_id=h.owner_id, fencing_token=h.fencing_token,
                        held_from=h.held_from, held_until=h.held_until, ended_by=h.ended_by, created_at=r.created_at,
-                       state=state, holding=h, timeline=timeline)
+                       state=state, holding=h, timeline=timeline, also_held=others, violations=r.violations)
     before = [s for s in r.stretches if s.held_until is not None and s.held_until <= when]
     return OwnerAt(job_id=job_id, at=when, zone=at.zone, fencing_token=token, created_at=r.created_at, state=state,
-                   previous=before[-1].holding() if before else None, timeline=timeline)
+                   previous=before[-1].holding() if before else None, timeline=timeline, violations=r.violations)
 
 
 # ----------------------------------------------------------------------------- the Audit screen's filter

@@ -505,6 +505,26 @@ def test_verify_finds_an_overlapping_claim_inserted_by_a_superuser(cli):
     assert human.exit_code == 4 and "overlap" in human.output and str(e["id"]) in human.output
     # the forged owner also shows in the ownership answer: verify is what says it cannot be true
     assert js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))["owner_id"] == "w-evil"
+    # ... and the human answer says so before it names an owner
+    told = invoke("audit", "owner", str(e["id"]), "--at", "0.001s").output
+    assert "BREAKS THE RULES" in told and "overlap" in told and told.index("BREAKS") < told.index("held by")
+
+
+def test_owner_on_a_tampered_history_warns_first_and_names_both_owners(cli):
+    invoke, conn = cli
+    _history(conn)
+    e = enqueue(conn, "search")
+    claim(conn, "w-1", ["search"])
+    # a second grant appended later but dated before w-1's (only a superuser can write it): both cover now
+    _tamper(conn, "insert into job_events (job_id, at, kind, actor, fencing_token, state_from, state_to, "
+                  "owner_from, owner_to, lease_until, details) "
+                  "select job_id, at - interval '1 millisecond', 'claimed', 'w-ghost', 7, 'queued', 'running', null, "
+                  "'w-ghost', lease_until, '{}' from job_events where job_id = %s and kind = 'claimed'", (e["id"],))
+    told = invoke("audit", "owner", str(e["id"]), "--at", "0.001s")
+    assert told.exit_code == 0, told.output
+    warning = told.output[:told.output.index("held by")]
+    assert "BREAKS THE RULES" in warning and "overlap" in warning, told.output
+    assert "w-1" in warning and "w-ghost" in warning, "both owners are named before the answer"
 
 
 def test_verify_finds_a_fallen_token_a_second_finish_and_a_missing_event(cli):

@@ -119,7 +119,16 @@ def test_renewals_stay_hot_and_journal_nothing(db, conn):
                          "where relname = 'tool_jobs'").fetchone()
     updates = after["n_tup_upd"] - before["n_tup_upd"]
     hot = after["n_tup_hot_upd"] - before["n_tup_hot_upd"]
-    assert updates >= 200 and hot / updates >= 0.9, (updates, hot)
+    # HOT needs room on the page, and room comes back by pruning, which waits for the server's
+    # oldest snapshot: on a busy shared server (the test tiers run four at once) some renewals
+    # find no room. An index over a column a renewal moves makes every one of them non-HOT, so
+    # half is a bound that cannot pass with such an index; the share itself is the protocol
+    # benchmark's figure (96-98 % there), not a test's.
+    assert updates >= 200 and hot / updates >= 0.5, (updates, hot)
+    definitions = [r["d"] for r in conn.execute(  # columns, expressions and partial predicates alike
+        "select pg_get_indexdef(indexrelid) as d from pg_index where indrelid = 'tool_jobs'::regclass").fetchall()]
+    assert definitions and not [d for d in definitions if "lease_until" in d or "heartbeat_at" in d], \
+        "no index covers what a renewal moves"
     assert sum(len(events(conn, c["id"])) for c in calls) == count, "a renewal journals nothing"
 
 

@@ -206,3 +206,37 @@ async def test_hostile_text_on_the_audit_screen_never_reaches_the_terminal(db):
         await pilot.press("j")
         await settle(pilot, lambda: "Operator journal" in screen_text(app))
         assert_safe(app, "journal")
+
+
+async def test_esc_during_an_export_stops_it_and_says_nothing_was_written(history, tmp_path):
+    from console.operator.tui.screens.export import ExportDialog
+    from console.shared.errors import LeasectlError
+    from console.shared.files import atomic_write
+
+    db, *_ = history
+    target = tmp_path / "slow.jsonl"
+    stopped = []
+
+    def slow_writer(path, fmt, progress, cancelled):
+        with atomic_write(path) as handle:
+            handle.write("{}\n")
+            while not cancelled():  # a long export: only the cancel ends it
+                progress(1, None)
+                import time
+                time.sleep(0.02)
+            stopped.append(True)
+            raise LeasectlError("export stopped")  # as the screen's writer does: the temporary file goes
+        return 1
+
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_audit(pilot)
+        app.push_screen(ExportDialog("Export the history", "slow", str(target), slow_writer))
+        await settle(pilot, lambda: isinstance(app.screen, ExportDialog))
+        await pilot.click("#export-go")
+        await settle(pilot, lambda: "exporting" in screen_text(app))
+        await pilot.press("escape")
+        await settle(pilot, lambda: "Export stopped" in notifications(app))
+        assert "was not written" in notifications(app) and str(target.name) in notifications(app)
+        await settle(pilot, lambda: bool(stopped))
+    assert not target.exists() and not list(tmp_path.glob(".*partial")), "no file, complete or partial"

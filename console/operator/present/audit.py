@@ -97,7 +97,27 @@ def holdings_block(holdings: list[Holding]) -> Group:
 
 def owner_group(answer: OwnerAt) -> Group:
     """`leasectl audit owner`."""
-    return Group(owner_answer(answer), Text(""), holdings_block(answer.timeline))
+    warning = history_warning(answer)
+    head = (warning, Text("")) if warning is not None else ()
+    return Group(*head, owner_answer(answer), Text(""), holdings_block(answer.timeline))
+
+
+def history_warning(answer: OwnerAt) -> Text | None:
+    """When the call's history breaks the rules (written behind the triggers' back): the answer
+    is not one owner, and the auditor must hear so before reading it."""
+    if not answer.also_held and not answer.violations:
+        return None
+    text = Text("THE HISTORY OF THIS CALL BREAKS THE RULES", style="bold red")
+    for h in answer.also_held:
+        text.append("\nalso held then by ")
+        text.append(sanitize(h.owner_id, max_chars=80), style="bold")
+        text.append(f" with fencing token {h.fencing_token}, from {when(h.held_from)} (event #{h.claim_event_id})")
+    for v in answer.violations[:5]:
+        text.append(f"\n{sanitize(v.rule)}: {sanitize(v.why, max_chars=300)}")
+    if len(answer.violations) > 5:
+        text.append(f"\n… and {len(answer.violations) - 5} more")
+    text.append("\nleasectl audit verify lists every violation (exit 4)", style=STYLE["none"])
+    return text
 
 
 def action_words(a: OperatorAction) -> str:

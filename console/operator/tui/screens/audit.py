@@ -21,7 +21,13 @@ from textual.widgets import Footer, Label, Static
 from console.db import audit as audit_db
 from console.db.connect import Conn, connect, run
 from console.db.reads import resolve
-from console.operator.present.audit import OUTCOME_STYLE, action_detail, action_words, owner_answer
+from console.operator.present.audit import (
+    OUTCOME_STYLE,
+    action_detail,
+    action_words,
+    history_warning,
+    owner_answer,
+)
 from console.operator.present.calls import event_words
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
@@ -124,8 +130,9 @@ class AuditScreen(PollingScreen):
         self.page = data
         answer = self.query_one("#audit-answer", Static)
         if data.owner is not None:
+            warning = history_warning(data.owner)
             answer.update(Group(Text("who held it then — from the history alone", style="bold"),
-                                owner_answer(data.owner)))
+                                *((warning,) if warning is not None else ()), owner_answer(data.owner)))
             answer.add_class("shown")
         else:
             answer.remove_class("shown")

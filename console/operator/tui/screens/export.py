@@ -85,6 +85,7 @@ class ExportDialog(ModalScreen[Path | None]):
         self.write = write
         self.formats = formats
         self.running = False
+        self.target: Path | None = None
         self.written: Path | None = None
 
     def compose(self) -> ComposeResult:
@@ -130,6 +131,7 @@ class ExportDialog(ModalScreen[Path | None]):
             return
         fmt = str(self.query_one("#export-format", Select).value) if self.formats else ""
         self.running = True
+        self.target = path
         self.query_one(ProgressBar).add_class("running")
         self._say(Text("exporting…", style="dim"))
         self._export(path, fmt)
@@ -164,5 +166,8 @@ class ExportDialog(ModalScreen[Path | None]):
 
     def action_leave(self) -> None:
         if self.running:
+            # the writer sees the cancel at its next batch and removes its temporary file
             self.workers.cancel_group(self, "export")
+            self.app.notify(f"Stopped before it finished: {sanitize(str(self.target))} was not written "
+                            "(no partial file is left).", title="Export stopped", severity="warning")
         self.dismiss(self.written)
