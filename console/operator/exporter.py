@@ -303,6 +303,29 @@ class LeasectlCollector:
                     family.samples[i] = sample._replace(value=before)
                 else:
                     self._highest[key] = sample.value
+            if family.type == "histogram":
+                _keep_cumulative(family)
+
+
+def _keep_cumulative(family: Metric) -> None:
+    """A clamped bucket can stand above the next one up; a histogram's buckets never fall as `le`
+    rises and its +Inf bucket is its _count. Raise each to the one below it, and _count to +Inf."""
+    series: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for i, sample in enumerate(family.samples):
+        if sample.name.endswith("_bucket"):
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            series.setdefault(labels, []).append(i)
+    for labels, positions in series.items():
+        ordered = sorted(positions, key=lambda j: float(family.samples[j].labels["le"]))
+        running = 0.0
+        for i in ordered:
+            running = max(running, family.samples[i].value)
+            family.samples[i] = family.samples[i]._replace(value=running)
+        for i, sample in enumerate(family.samples):
+            if sample.name.endswith("_count") and tuple(sorted(sample.labels.items())) == labels:
+                total = max(sample.value, running)
+                family.samples[i] = sample._replace(value=total)
+                family.samples[ordered[-1]] = family.samples[ordered[-1]]._replace(value=total)  # +Inf
 
 
 def make_registry(collector: LeasectlCollector) -> CollectorRegistry:

@@ -105,3 +105,7 @@ class Outcome:
     completed_despite_cancel: bool = False
     # the next call, claimed in the same transaction as this one's completion (run loop only)
     next_call: Claimed | None = None
+
+
+class PreconditionLapsed(Exception):
+    """A write's precondition no longer held once the shared connection was free: not sent."""

@@ -7,7 +7,14 @@ import uuid
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from console.shared.errors import LeasectlError
-from console.worker.calls import CancelRequested, ClaimedCall, DeadlinePassed, LeaseLost, OwnershipUnknown
+from console.worker.calls import (
+    CancelRequested,
+    ClaimedCall,
+    DeadlinePassed,
+    LeaseLost,
+    OwnershipUnknown,
+    PreconditionLapsed,
+)
 
 if TYPE_CHECKING:
     from console.worker.heartbeat import Heartbeat
@@ -23,6 +30,7 @@ class CallContext:
         self._heartbeat = heartbeat
         self.side_effect_started = False
         self.external_request_id: str | None = None
+        self.lease_left_at_start: float | None = None
 
     # identity the receiver needs
     @property
@@ -75,22 +83,29 @@ class CallContext:
         self.checkpoint()
         request_id = external_request_id or f"req-{uuid.uuid4().hex[:12]}"
         margin = self.call.heartbeat_seconds + self.call.jitter_seconds
-        if self._heartbeat.seconds_confirmed() < margin:
-            # not enough lease left to be sure of finishing the step: confirm it first
-            renewed = self._heartbeat.beat(wait=margin / 2)
-            if renewed is False:
-                raise LeaseLost(f"lease on {self.call.short_id} lost")
-            if renewed is None or self._heartbeat.seconds_confirmed() < margin:
+
+        def margin_held() -> bool:
+            return self._heartbeat.seconds_confirmed() >= margin
+
+        # the margin is checked twice: before waiting for the shared write connection, and again
+        # once it is ours (another call's statement can hold it while heartbeats fail); a margin
+        # that lapsed in the wait is confirmed anew, once
+        for attempt in range(2):
+            self._confirm_margin(margin, request_id)
+            if self.worker.partitioned.is_set():
                 self._ownership_unknown(request_id)
-            self.checkpoint()
-        if self.worker.partitioned.is_set():
-            self._ownership_unknown(request_id)
-        try:
-            row = self.worker._write("worker/start_side_effect", job_id=self.call.id, worker_id=self.worker_id,
-                                     fencing_token=self.fencing_token, external_request_id=request_id)
-        except LeasectlError as exc:
-            self.worker._database_error(self.call, "worker/start_side_effect", exc)
-            self._ownership_unknown(request_id)
+            try:
+                row = self.worker._write("worker/start_side_effect", only_if=margin_held, job_id=self.call.id,
+                                         worker_id=self.worker_id, fencing_token=self.fencing_token,
+                                         external_request_id=request_id)
+            except PreconditionLapsed:
+                if attempt == 1:
+                    self._ownership_unknown(request_id)
+                continue
+            except LeasectlError as exc:
+                self.worker._database_error(self.call, "worker/start_side_effect", exc)
+                self._ownership_unknown(request_id)
+            break
         if row is None:
             # learn why: a cancel request, the lease gone, or (still ours) the deadline passed
             still_ours = self._heartbeat.beat(wait=margin / 2)
@@ -101,8 +116,23 @@ class CallContext:
             raise LeaseLost(f"start_side_effect for {self.call.short_id} got zero rows")
         self.side_effect_started = True
         self.external_request_id = request_id
-        self.worker._log("tool_request_started", self.call, request=request_id)
+        # the lease as the database saw it when it recorded the start: the margin the request left with
+        self.lease_left_at_start = (row["lease_until"] - row["db_now"]).total_seconds()
+        self.worker._log("tool_request_started", self.call, request=request_id,
+                         lease_left_seconds=round(self.lease_left_at_start, 3))
         return request_id
+
+    def _confirm_margin(self, margin: float, request_id: str) -> None:
+        """Enough lease left to finish the step, or confirm it first; ownership unknown when it
+        can't be confirmed in time."""
+        if self._heartbeat.seconds_confirmed() >= margin:
+            return
+        renewed = self._heartbeat.beat(wait=margin / 2)
+        if renewed is False:
+            raise LeaseLost(f"lease on {self.call.short_id} lost")
+        if renewed is None or self._heartbeat.seconds_confirmed() < margin:
+            self._ownership_unknown(request_id)
+        self.checkpoint()
 
     def record_event(self, kind: str, details: dict[str, Any] | None = None) -> None:
         self.worker._record_event(self.call, kind, details or {})

@@ -80,6 +80,7 @@ from console.worker.calls import (
     LeaseLost,
     Outcome,
     OwnershipUnknown,
+    PreconditionLapsed,
     ToolFailed,
     ToolNoAnswer,
 )
@@ -232,9 +233,14 @@ class Worker:
         with self._hb_lock:
             self._drop_heartbeat_conn()
 
-    def _write(self, name: str, **params: Any) -> dict[str, Any] | None:
-        """One statement on the claim connection, which the calls of this process share."""
+    def _write(self, name: str, *, only_if: Callable[[], bool] | None = None,
+               **params: Any) -> dict[str, Any] | None:
+        """One statement on the claim connection, which the calls of this process share. `only_if`
+        is asked once the connection is ours, right before sending: the wait for it (other calls'
+        statements, up to their lock timeout) can outlast what the caller checked before it."""
         with self._main_lock:
+            if only_if is not None and not only_if():
+                raise PreconditionLapsed(name)
             try:
                 return statements.first(self._main_conn(), name, **params)
             except DatabaseUnavailable:

@@ -369,6 +369,34 @@ def test_the_collector_never_reports_less_than_before():
     assert first == second == {"leasectl_reclaims_total": 5}
 
 
+def test_a_clamped_histogram_stays_cumulative_when_a_bucket_is_new():
+    """Each sample is held at its highest; a bucket with no past (the bounds changed between scrapes
+    while history was pruned) must still not stand below the bucket under it, and +Inf is _count."""
+    from console.shared.metrics import Scrape, TotalRow
+
+    def row(n: int, le: float, bounds: list[float]) -> TotalRow:
+        return TotalRow(metric="queue_wait", tool="a", model="", provider="", le=le, n=n, seconds=0.5 * n,
+                        buckets=bounds)
+
+    answers = iter([Scrape(live=[], totals=[row(5, 1.0, [1.0, 5.0])]),
+                    Scrape(live=[], totals=[row(1, 1.0, [1.0, 2.0, 5.0])])])
+    collector = exporter.LeasectlCollector(lambda: next(answers), cache_seconds=0)
+
+    def histogram() -> tuple[list[tuple[float, float]], float]:
+        family = next(f for f in collector.collect() if f.name == "leasectl_queue_wait_seconds")
+        buckets = sorted((float(s.labels["le"]), s.value) for s in family.samples if s.name.endswith("_bucket"))
+        count = next(s.value for s in family.samples if s.name.endswith("_count"))
+        return buckets, count
+
+    first, first_count = histogram()
+    second, second_count = histogram()
+    assert first == [(1.0, 5), (5.0, 5), (float("inf"), 5)] and first_count == 5
+    values = [v for _, v in second]
+    assert [le for le, _ in second] == [1.0, 2.0, 5.0, float("inf")]
+    assert values == sorted(values), second  # never falls as le rises
+    assert values[0] >= 5 and second[-1][1] == second_count >= first_count
+
+
 # ----------------------------------------------------------------------------- the cache and the unreachable database
 
 

@@ -322,3 +322,46 @@ def test_locked_rows_cost_their_own_calls_only_never_the_process(db, conn):
         assert job(conn, i)["state"] == "succeeded", (i, job(conn, i)["state"])
     assert any(e["kind"] == "database_error" and e["details"]["cause"] == "lock_timeout"
                for i in held for e in events(conn, i)), "the lock wait is journaled on the held calls"
+
+
+def test_the_margin_before_a_side_effect_is_checked_again_once_the_write_connection_is_free(db, conn):
+    """Step by step: the call checks its margin and then waits for the connection its process
+    shares; meanwhile its row is locked, so its lease is not renewed and runs down. Once the
+    connection is free the margin is checked again and confirmed anew: the request never leaves
+    with less lease than H + J, as the database saw it when it recorded the start."""
+    register_tool(conn, "charge", "mutating_unverifiable", lease_seconds=4, heartbeat_seconds=0.5,
+                  missed_heartbeats=2, jitter_seconds=1)
+    margin = 0.5 + 1
+    call = enqueue(conn, "charge")["id"]
+    ready, go, seen = threading.Event(), threading.Event(), {}
+
+    def handler(ctx: CallContext) -> dict:
+        ready.set()
+        go.wait(10)
+        ctx.start_side_effect()
+        seen["lease_left"] = ctx.lease_left_at_start
+        return {"charged": True}
+
+    limits = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=300, idle_in_transaction_ms=10_000)
+    worker = Worker(db.dsn, "wm", handler, poll_interval=0.05, concurrency=2, limits=limits)
+    run = Running(worker, max_calls=1)
+    assert ready.wait(10)
+    holder = db.connect(autocommit=False)
+    holder.execute("select 1 from tool_jobs where id = %s for no key update", (call,))  # no renewal now
+    worker._main_lock.acquire()  # another call's statement holds the shared connection
+    try:
+        go.set()
+        time.sleep(2.8)  # the lease (4 s from the last renewal) now has less than the margin left
+        left = conn.execute("select extract(epoch from lease_until - now()) as s from tool_jobs where id = %s",
+                            (call,)).fetchone()["s"]
+        assert 0 < left < margin, left
+    finally:
+        holder.rollback()
+        holder.close()
+        worker._main_lock.release()
+    assert run.done() == 1
+    started = next(e for e in events(conn, call) if e["kind"] == "tool_request_started")
+    left_then = (started["lease_until"] - started["at"]).total_seconds()  # the database's view, journaled
+    assert left_then >= margin, f"the request left with {left_then:.2f} s of lease"
+    assert seen["lease_left"] == pytest.approx(left_then, abs=0.01), "the worker knows it too"
+    assert job(conn, call)["state"] == "succeeded"
