@@ -57,6 +57,7 @@ def connect(
             lock_timeout=f"{limits.lock_timeout_ms}ms",
             idle_in_transaction_session_timeout=f"{limits.idle_in_transaction_ms}ms",
             read_only="on" if read_only else "off",
+            plan_cache_mode=limits.plan_cache_mode,
         )
     except BaseException:
         conn.close()

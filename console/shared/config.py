@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -33,14 +34,22 @@ def default_operator() -> str:
 
 
 class SessionLimits(BaseModel):
-    """Timeouts for one of our own sessions. The console must never hold a snapshot or a lock
-    for long: one idle transaction can wreck a busy queue (brandur.org, "Postgres queues")."""
+    """Timeouts and planning for one of our own sessions. The console must never hold a snapshot
+    or a lock for long: one idle transaction can wreck a busy queue (brandur.org, "Postgres queues").
+
+    plan_cache_mode: psycopg prepares a statement run five times on one connection, and from its
+    sixth prepared run PostgreSQL may keep a generic plan, blind to the parameters. The console's
+    statements are filters (`:x is null or ...`) and history rebuilds whose right plan depends on
+    the values: a generic plan of audit/jobs_at.sql went from 4.6 s to past the 30 s timeout on
+    its eleventh run. So every session plans with its values, except the workers', whose statements
+    are fixed shapes on the hot path where the saved planning counts."""
 
     statement_timeout_ms: int = Field(default=5_000, ge=0)
     lock_timeout_ms: int = Field(default=2_000, ge=0)
     idle_in_transaction_ms: int = Field(default=10_000, ge=0)
+    plan_cache_mode: Literal["auto", "force_custom_plan"] = "force_custom_plan"
 
 
 CONSOLE_LIMITS = SessionLimits()
 WORKER_LIMITS = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=2_000,
-                              idle_in_transaction_ms=30_000)
+                              idle_in_transaction_ms=30_000, plan_cache_mode="auto")

@@ -177,3 +177,32 @@ def test_display_clock_pins_ages(db, conn):
     row = session.read(lambda c: reads.job(c, e["id"]))
     assert row.db_now.year == 2099 and row.health == "lease_expired"
     session.close()
+
+
+def test_the_console_plans_every_run_with_its_values_and_workers_keep_generic_plans(db, conn):
+    """psycopg prepares a statement from its fifth run; from the sixth prepared run PostgreSQL may
+    settle on a generic plan, blind to the filter's values (audit/jobs_at.sql's went past the
+    30 s timeout). A console session never takes one; a worker's fixed statements may."""
+    from datetime import UTC, datetime
+
+    from console.db import audit
+    from console.db.connect import connect
+    from console.shared.config import WORKER_LIMITS
+
+    for _ in range(3):
+        enqueue(conn, "search")
+    claim(conn, "w-1")
+
+    def plans(session) -> tuple[int, int]:
+        row = session.execute("select sum(generic_plans)::int as g, sum(custom_plans)::int as c "
+                              "from pg_prepared_statements where statement like '%job_events%'").fetchone()
+        return row["g"] or 0, row["c"] or 0
+
+    with connect(db.dsn) as console:
+        assert console.execute("show plan_cache_mode").fetchone()["plan_cache_mode"] == "force_custom_plan"
+        for _ in range(15):
+            assert len(audit.jobs_at(console, datetime.now(UTC))) == 3
+        generic, custom = plans(console)
+        assert generic == 0 and custom >= 10
+    with connect(db.dsn, limits=WORKER_LIMITS) as worker:
+        assert worker.execute("show plan_cache_mode").fetchone()["plan_cache_mode"] == "auto"
