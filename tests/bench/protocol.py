@@ -2,7 +2,7 @@
 machine's ceiling.
 
     python -m tests.bench.protocol [--dsn DSN] [--calls 4000] [--workers 1,2,4,8] [--repeat 3]
-                                   [--no-peers] [--ceiling-seconds 5]
+                                   [--no-peers] [--ceiling-seconds 5] [--before-indexes]
 
 For each worker count, on the same server, each run on a fresh database:
   C           pgbench: single-row UPDATE commits/s with that many clients (the machine's ceiling)
@@ -13,6 +13,9 @@ For each worker count, on the same server, each run on a fresh database:
   leasectl    the reference worker (console.worker.Worker, concurrency 1) in N processes: the
               fused complete_and_claim.sql, its heartbeat thread and connection, history by
               trigger, the state machine, the kind guard, RLS-ready statements; no-op tool
+  -idx        with --before-indexes: the reference worker on databases without the history
+              indexes of migrations 0007 (audit) and 0008 (metrics), alternated with the rest:
+              leasectl / -idx is the write path after / before them
   ratio       leasectl / bare: THE figure (same server, same run, alternated --repeat times;
               medians, and the lowest round)
   pgqueuer    psycopg: N processes, one QueueManager each on a psycopg AsyncConnection, drain
@@ -159,10 +162,12 @@ def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object
             session_id=None, deadline_at=None, model=None, provider=None)) for i in range(calls)])
 
 
-def bench_leasectl(server: BenchServer, workers: int, calls: int) -> Result:
+def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_indexes: bool = True) -> Result:
     dsn = server.leasectl_database()
     try:
         with connect(dsn) as conn:
+            if not audit_indexes:
+                run(conn, "audit/bench_drop_indexes")
             run(conn, "admin/register_tool", **NOOP_TOOL)
             _enqueue_noop(conn, calls, "bench")
             run(conn, "meta/bench_vacuum")
@@ -172,7 +177,7 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int) -> Result:
             assert done is not None and done["n"] == calls, f"leasectl finished {done} of {calls}"
             # enqueued + claimed + succeeded: the history is written, not skipped
             assert done["events"] >= 3 * calls, f"history has {done['events']} rows for {calls} calls"
-        return Result("leasectl", workers, calls, wall, cpu)
+        return Result("leasectl" if audit_indexes else "leasectl-noidx", workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
 
@@ -393,16 +398,21 @@ def _median_rate(results: list[Result]) -> float:
     return statistics.median(r.rate for r in results)
 
 
-def _alternated(server: BenchServer, workers: int, calls: int, repeat: int) -> dict[str, list[Result]]:
-    """bare, bare fused and leasectl, `repeat` rounds, each round in a rotated order."""
+def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
+                before_indexes: bool = False) -> dict[str, list[Result]]:
+    """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes), `repeat`
+    rounds, each round in a rotated order."""
     systems: list[tuple[str, Callable[[], Result]]] = [
         ("bare", lambda: bench_bare(server, workers, calls)),
         ("bare-fused", lambda: bench_bare(server, workers, calls, fused=True)),
         ("leasectl", lambda: bench_leasectl(server, workers, calls)),
     ]
+    if before_indexes:
+        systems.append(("leasectl-noidx", lambda: bench_leasectl(server, workers, calls, audit_indexes=False)))
     results: dict[str, list[Result]] = {name: [] for name, _ in systems}
+    n = len(systems)
     for r in range(repeat):
-        for name, fn in systems[r % 3:] + systems[:r % 3]:
+        for name, fn in systems[r % n:] + systems[:r % n]:
             results[name].append(fn())
     return results
 
@@ -416,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds of bare, bare fused and leasectl per worker count, alternated (default 3)")
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument("--ceiling-seconds", type=float, default=5)
+    parser.add_argument("--before-indexes", action="store_true",
+                        help="also run the reference worker on databases without the indexes migrations 0007 "
+                             "(audit) and 0008 (metrics) add to the history: the write path before and after")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
     with bench_server(args.dsn) as server:
@@ -431,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         print("            history by trigger, state machine, kind guard, heartbeat thread and connection")
         print(f"  {args.repeat} rounds per worker count, the three alternated; medians; ratio = leasectl / bare "
               f"(the figure; lowest round in brackets), and leasectl / bare-1c")
+        if args.before_indexes:
+            print("  -idx:     the reference worker on databases without 0007's and 0008's history indexes "
+                  "(alternated with the rest); 'vs -idx' = leasectl / that: the write path after / before")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
@@ -438,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         header = (f"{'workers':>7}  {'C':>6}  {'bare/s':>7}  {'bare-1c/s':>9}  {'leasectl/s':>10}  "
                   f"{'ratio':>11}  {'vs 1c':>5}  {'CPU-s/1k':>8}  {'bare':>5}  {'1c':>5}")
+        if args.before_indexes:
+            header += f"  {'-idx/s':>7}  {'vs -idx':>7}"
         if not args.no_peers:
             header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
                        f"{'busy':>4}")
@@ -445,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         print("-" * len(header))
         for w in counts:
             ceiling = bench_ceiling(server, w, args.ceiling_seconds)
-            res = _alternated(server, w, args.calls, args.repeat)
+            res = _alternated(server, w, args.calls, args.repeat, before_indexes=args.before_indexes)
             bare, fused, ours = res["bare"], res["bare-fused"], res["leasectl"]
             ratios = [o.rate / b.rate for o, b in zip(ours, bare, strict=True)]
             cells = [f"{w:>7}", f"{ceiling:>6.0f}", f"{_median_rate(bare):>7.0f}", f"{_median_rate(fused):>9.0f}",
@@ -455,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{statistics.median(r.cpu_per_1k for r in ours):>8.2f}",
                      f"{statistics.median(r.cpu_per_1k for r in bare):>5.2f}",
                      f"{statistics.median(r.cpu_per_1k for r in fused):>5.2f}"]
+            if args.before_indexes:
+                before = res["leasectl-noidx"]
+                cells += [f"{_median_rate(before):>7.0f}", f"{_median_rate(ours) / _median_rate(before):>7.2f}"]
             if not args.no_peers:
                 psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
                 apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)
