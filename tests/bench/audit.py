@@ -220,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{verdict(statistics.median(page_ms) <= 50)}")
 
             # -------------------------------------------------------------- ranges for the export
+            small_size = min(10_000, total["events"] // 2)  # 10,000 events, or half of a small history
             small_from = run_one(conn, "audit/bench_instant", position=total["events"] // 2)
-            small_to = run_one(conn, "audit/bench_instant", position=total["events"] // 2 + 9_999)
+            small_to = run_one(conn, "audit/bench_instant", position=total["events"] // 2 + small_size - 1)
             assert small_from is not None and small_to is not None
             small = (small_from["at"].isoformat(), small_to["at"].isoformat())
 

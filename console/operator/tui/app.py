@@ -46,6 +46,9 @@ from console.shared.clock import Clock
 from console.shared.errors import LeasectlError
 from console.shared.text import terminal_safe
 
+# NOTIFY wakes the screens at most this often (seconds): a storm of changes costs a few fetches a
+# second per console, and no change waits longer than this after the previous wake
+WAKE_EVERY = 0.2
 
 def write_crash_log(error: BaseException | None) -> Path:
     directory = Path(platformdirs.user_log_dir("leasectl"))
@@ -112,6 +115,7 @@ class LeasectlApp(App[None]):
         self.listen_enabled = listen
         self._stop_listening = threading.Event()
         self._last_wake = 0.0
+        self._wake_pending = False
         self._terminal_safe = TerminalSafe()
         self._opening: GuardedDialog | None = None
 
@@ -216,13 +220,20 @@ class LeasectlApp(App[None]):
 
     # ------------------------------------------------------------------ notifications
     def on_db_changed(self, message: DbChanged) -> None:
-        # a burst of changes wakes the poll once, not once per row
-        if time.monotonic() - self._last_wake < 0.2:
-            self.set_timer(0.2, self._wake_screens)
+        # A burst of changes wakes the screens at most once per WAKE_EVERY (one fetch, not one per
+        # row), and a change is never held longer than that after the last wake: the deferred wake
+        # is due at last wake + WAKE_EVERY, and one is pending at a time.
+        if self._wake_pending:
             return
-        self._wake_screens()
+        wait = self._last_wake + WAKE_EVERY - time.monotonic()
+        if wait <= 0:
+            self._wake_screens()
+        else:
+            self._wake_pending = True
+            self.set_timer(wait, self._wake_screens)
 
     def _wake_screens(self) -> None:
+        self._wake_pending = False
         self._last_wake = time.monotonic()
         for screen in self.screen_stack:
             if isinstance(screen, PollingScreen):
