@@ -77,8 +77,10 @@ def running_tokens(conn, ids) -> dict[Any, int]:
 
 
 def worker_connections(conn, name: str) -> int:
-    return conn.execute("select count(*) as n from pg_stat_activity where application_name like %s",
-                        (f"leasectl-worker:{name}%",)).fetchone()["n"]
+    # this test's database only: the server is shared by the parallel test processes, whose workers
+    # may bear the same name in their own databases
+    return conn.execute("select count(*) as n from pg_stat_activity where application_name like %s "
+                        "and datname = current_database()", (f"leasectl-worker:{name}%",)).fetchone()["n"]
 
 
 def test_many_calls_at_once_on_two_connections_and_one_statement_per_beat(db, conn):
