@@ -41,6 +41,8 @@ async def test_calls_and_triage_at_an_instant_show_the_past(db):
         await pilot.press("slash", *f"at:{then}", "enter")
         await settle(pilot, lambda: "THE PAST" in screen_text(app))
         text = screen_text(app)
+        past_line = next(line for line in text.splitlines() if "THE PAST" in line)
+        assert f"as it was at {then[:19]}" in past_line, "the instant stands on the line, not cut off its end"
         assert short in text and pay_short in text and later_short not in text, "calls created after T are absent"
         row = next(line for line in text.splitlines() if short in line)
         assert "running" in row and "succeeded" not in row, "the state then, not now"

@@ -101,14 +101,19 @@ class CallListScreen(PollingScreen):
             line.update(text)
 
     def past_words(self) -> Text | None:
-        """With at:, the screen shows the past: said plainly, loud, on the filter line."""
+        """With at:, the screen shows the past: said plainly and loud, first on the filter line, with
+        the instant (the rest of the line can be cut off on a narrow terminal)."""
         if self.where.at is None:
             return None
         text = Text()
         text.append(" THE PAST ", style="bold white on magenta")
-        text.append(f" every call as it was at {self.as_of_words()}, rebuilt from the history (not live; actions "
-                    "act on what is true now: esc clears at:)", style="bold magenta")
+        text.append(f" as it was at {self.as_of_words()}", style="bold magenta")
         return text
+
+    def past_tail(self) -> Text | None:
+        if self.where.at is None:
+            return None
+        return Text("rebuilt from the history, not live · actions act on now (esc clears at:)", style="magenta")
 
     def as_of_words(self) -> str:
         return self.where.at or ""
@@ -191,7 +196,7 @@ class CallListScreen(PollingScreen):
 
     def show_filter_line(self, *, matched: int | None = None, total: int | None = None) -> None:
         self.query_one(FilterLine).show_filter(self.where.describe(), matched=matched, total=total,
-                                               extra=self.past_words() or self.moved_note)
+                                               lead=self.past_words(), extra=self.past_tail() or self.moved_note)
 
 
 def no_match_words(where: JobFilter) -> str:

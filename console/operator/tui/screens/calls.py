@@ -92,8 +92,8 @@ class CallsScreen(CallListScreen):
         page = Text()
         page.append(f"page {len(self.cursors)}", style="bold")
         page.append(f" · {len(self.rows)} calls" + (" (more: ])" if len(self.rows) == PAGE else "") + " · newest first")
-        self.query_one(FilterLine).show_filter(self.where.describe(), extra=Text.assemble(
-            page, "  ", self.past_words() or self.moved_note or ""))
+        self.query_one(FilterLine).show_filter(self.where.describe(), lead=self.past_words(), extra=Text.assemble(
+            page, "  ", self.past_tail() or self.moved_note or ""))
 
     def filter_changed(self) -> None:
         self.cursors = [None]

@@ -80,8 +80,12 @@ class FilterLine(Static):
         self.hint = hint
 
     def show_filter(self, active: str, *, matched: int | None = None, total: int | None = None,
-                    extra: Text | None = None) -> None:
+                    extra: Text | None = None, lead: Text | None = None) -> None:
+        """`lead` stands first (the line is cut at its end on a narrow terminal), `extra` last."""
         text = Text(no_wrap=True, overflow="ellipsis")
+        if lead is not None:
+            text.append_text(lead)
+            text.append("  ")
         if active:
             text.append("filter ", style="bold")
             text.append(sanitize(active, max_chars=120), style="bold black on yellow")
