@@ -13,13 +13,18 @@ from console.operator.tui.screens.base import PollingScreen
 from tests.tui.conftest import make_app
 
 
+def polling_screen(app) -> PollingScreen:
+    screen = app.screen
+    assert isinstance(screen, PollingScreen)
+    return screen
+
+
 async def test_a_burst_of_changes_wakes_the_screens_a_bounded_number_of_times(db):
     app = make_app(db.dsn, poll=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         wakes: list[float] = []
-        screen = app.screen
-        assert isinstance(screen, PollingScreen)
+        screen = polling_screen(app)
         original = screen.wake
 
         def counted() -> None:
@@ -43,8 +48,7 @@ async def test_a_change_soon_after_a_wake_waits_only_for_the_rest_of_the_interva
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         wakes: list[float] = []
-        screen = app.screen
-        assert isinstance(screen, PollingScreen)
+        screen = polling_screen(app)
         screen.wake = lambda: wakes.append(time.monotonic())  # type: ignore[method-assign]
         app.post_message(DbChanged({}))
         await asyncio.sleep(0.02)
