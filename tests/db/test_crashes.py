@@ -22,7 +22,9 @@ def conn(db):
 
 
 def terminate(conn, pid: int) -> None:
-    conn.execute("select pg_terminate_backend(%s)", (pid,))
+    # and wait until it has exited (PostgreSQL 14+): until then it still holds its row locks, and a
+    # claim with SKIP LOCKED would pass the call by
+    conn.execute("select pg_terminate_backend(%s, 10000)", (pid,))
 
 
 def test_backend_killed_between_claim_and_commit_rolls_the_claim_back(db, conn):
@@ -46,7 +48,8 @@ def test_worker_connection_killed_while_running_still_completes_once(db, conn):
         wait_until(lambda: job(conn, e["id"])["state"] == "running", what="the claim")
         def worker_pids():
             return [r["pid"] for r in conn.execute(
-                "select pid from pg_stat_activity where application_name like 'leasectl-worker:w1%%'")]
+                "select pid from pg_stat_activity where application_name like 'leasectl-worker:w1%%' "
+                "and datname = current_database()")]
 
         pids = wait_until(lambda: len(worker_pids()) == 2 and worker_pids(),
                           what="main and heartbeat connections")

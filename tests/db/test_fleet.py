@@ -379,7 +379,7 @@ def test_a_supervisor_killed_mid_shutdown_leaves_nothing_half_done_and_the_next_
             assert run_one(c, "agent/confirm_terminated", agent_id="code-1") is not None
             wait_until(lambda: c.execute(
                 "select count(*) as n from pg_stat_activity where application_name = 'leasectl-supervisor' "
-                "and wait_event_type = 'Lock'").fetchone()["n"] > 0, timeout=30,
+                "and wait_event_type = 'Lock' and datname = current_database()").fetchone()["n"] > 0, timeout=30,
                 what="the supervisor to block in its reconcile step")
             phase = shutdown_state(c, s["id"])
             proc.send_signal(signal.SIGKILL)
@@ -393,8 +393,8 @@ def test_a_supervisor_killed_mid_shutdown_leaves_nothing_half_done_and_the_next_
         assert phase == "reconciling"
         assert shutdown_state(c, s["id"]) == "reconciling"
         assert c.execute("select count(*) as n from reconciliation_records").fetchone()["n"] == 0
-        wait_until(lambda: c.execute("select count(*) as n from pg_stat_activity "
-                                     "where application_name = 'leasectl-supervisor'").fetchone()["n"] == 0,
+        wait_until(lambda: c.execute("select count(*) as n from pg_stat_activity where application_name = "
+                                     "'leasectl-supervisor' and datname = current_database()").fetchone()["n"] == 0,
                    timeout=15, what="the killed supervisor's session to go")
         assert c.execute("select revoked_at from grants where id = %s", (g["id"],)).fetchone()["revoked_at"] is None
         record = until_terminated(c, s["id"])
