@@ -308,24 +308,28 @@ class LeasectlCollector:
 
 
 def _keep_cumulative(family: Metric) -> None:
-    """A clamped bucket can stand above the next one up; a histogram's buckets never fall as `le`
-    rises and its +Inf bucket is its _count. Raise each to the one below it, and _count to +Inf."""
-    series: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    """A clamped bucket can stand above the next one up (a bucket new since the last scrape has no
+    past to hold it); a histogram's buckets never fall as `le` rises and its +Inf bucket is its
+    _count. Raise each bucket to the one below it, and _count and +Inf to the higher of the two."""
+    buckets: dict[tuple[tuple[str, str], ...], list[int]] = defaultdict(list)
+    counts: dict[tuple[tuple[str, str], ...], int] = {}
     for i, sample in enumerate(family.samples):
+        series = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
         if sample.name.endswith("_bucket"):
-            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
-            series.setdefault(labels, []).append(i)
-    for labels, positions in series.items():
-        ordered = sorted(positions, key=lambda j: float(family.samples[j].labels["le"]))
+            buckets[series].append(i)
+        elif sample.name.endswith("_count"):
+            counts[series] = i
+    for series, positions in buckets.items():
         running = 0.0
+        ordered = sorted(positions, key=lambda j: float(family.samples[j].labels["le"]))
         for i in ordered:
             running = max(running, family.samples[i].value)
             family.samples[i] = family.samples[i]._replace(value=running)
-        for i, sample in enumerate(family.samples):
-            if sample.name.endswith("_count") and tuple(sorted(sample.labels.items())) == labels:
-                total = max(sample.value, running)
-                family.samples[i] = sample._replace(value=total)
-                family.samples[ordered[-1]] = family.samples[ordered[-1]]._replace(value=total)  # +Inf
+        if series in counts:
+            count, inf = counts[series], ordered[-1]
+            total = max(family.samples[count].value, running)
+            family.samples[count] = family.samples[count]._replace(value=total)
+            family.samples[inf] = family.samples[inf]._replace(value=total)
 
 
 def make_registry(collector: LeasectlCollector) -> CollectorRegistry:

@@ -13,25 +13,26 @@ from console.operator.tui.screens.base import PollingScreen
 from tests.tui.conftest import make_app
 
 
-def polling_screen(app) -> PollingScreen:
+def record_wakes(app) -> list[float]:
+    """When the current screen is woken, from now on (it still fetches as it would)."""
     screen = app.screen
     assert isinstance(screen, PollingScreen)
-    return screen
+    wakes: list[float] = []
+    original = screen.wake
+
+    def counted() -> None:
+        wakes.append(time.monotonic())
+        original()
+
+    screen.wake = counted  # type: ignore[method-assign]
+    return wakes
 
 
 async def test_a_burst_of_changes_wakes_the_screens_a_bounded_number_of_times(db):
     app = make_app(db.dsn, poll=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        wakes: list[float] = []
-        screen = polling_screen(app)
-        original = screen.wake
-
-        def counted() -> None:
-            wakes.append(time.monotonic())
-            original()
-
-        screen.wake = counted  # type: ignore[method-assign]
+        wakes = record_wakes(app)
         start = time.monotonic()
         for _ in range(40):  # 40 changes over ~0.4 s
             app.post_message(DbChanged({}))
@@ -47,9 +48,7 @@ async def test_a_change_soon_after_a_wake_waits_only_for_the_rest_of_the_interva
     app = make_app(db.dsn, poll=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        wakes: list[float] = []
-        screen = polling_screen(app)
-        screen.wake = lambda: wakes.append(time.monotonic())  # type: ignore[method-assign]
+        wakes = record_wakes(app)
         app.post_message(DbChanged({}))
         await asyncio.sleep(0.02)
         assert len(wakes) == 1  # the first change wakes at once

@@ -50,6 +50,7 @@ from console.shared.text import terminal_safe
 # second per console, and no change waits longer than this after the previous wake
 WAKE_EVERY = 0.2
 
+
 def write_crash_log(error: BaseException | None) -> Path:
     directory = Path(platformdirs.user_log_dir("leasectl"))
     directory.mkdir(parents=True, exist_ok=True)
