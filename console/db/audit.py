@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from console.db import sql
-from console.db.connect import Conn, run, run_one, translate_error
+from console.db.connect import Conn, rows_as, run, run_one, translate_error
 from console.db.reads import db_info, history, resolve
 from console.shared.audit import (
     EXPORT_COLUMNS,
@@ -272,4 +272,4 @@ def jobs_at(conn: Conn, at: datetime, where: JobFilter | None = None, limit: int
                id_high=high, model=f.model, provider=f.provider, side_effect=f.side_effect, state=f.state,
                owner=f.owner, health=f.health, before_created=before[0] if before else None,
                before_id=before[1] if before else None, limit=limit)
-    return [JobAsOf.model_validate(r) for r in rows]
+    return rows_as(JobAsOf, rows)

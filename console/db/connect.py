@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
+from pydantic import BaseModel, TypeAdapter
 
 from console.db import sql
 from console.shared.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
@@ -82,6 +84,22 @@ def run(conn: Conn, name: str, /, **params: Any) -> list[Row]:
 def run_one(conn: Conn, name: str, /, **params: Any) -> Row | None:
     rows = run(conn, name, **params)
     return rows[0] if rows else None
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+@cache
+def _list_of(model: type[BaseModel]) -> TypeAdapter[Any]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
+
+
+def rows_as(model: type[Model], rows: list[Row]) -> list[Model]:
+    """`rows` as `model`s, validated in one call and strictly: psycopg has already typed every
+    value (datetime, UUID, int), so nothing needs coercing, and over 100,000 rows one strict list
+    validation takes about half the time of a lax model_validate per row (tests/bench/audit.py's
+    jobs --at)."""
+    return _list_of(model).validate_python(rows, strict=True)
 
 
 def execute_script(conn: Conn, script: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from console.db.connect import Conn, run, run_one
+from console.db.connect import Conn, rows_as, run, run_one
 from console.shared.errors import BadInput
 from console.shared.filters import JobFilter
 from console.shared.health import id_range
@@ -62,7 +62,7 @@ def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, 
                provider=f.provider, side_effect=f.side_effect, ids=ids,
                before_created=before[0] if before else None, before_id=before[1] if before else None,
                limit=limit)
-    return [JobSummary.model_validate(r) for r in rows]
+    return rows_as(JobSummary, rows)
 
 
 def job(conn: Conn, job_id: uuid.UUID) -> Job | None:

@@ -28,6 +28,7 @@ from console.operator.cli import app
 from console.shared.audit import EXPORT_COLUMNS, AuditFilter, parse_audit_filter
 from console.shared.errors import BadInput, RowLocked
 from console.shared.files import atomic_write
+from console.shared.filters import JobFilter
 from console.shared.times import parse_time
 from tests.conftest import ROOT
 from tests.helpers import (
@@ -644,6 +645,34 @@ def test_jobs_at_agrees_with_owner_at(cli, db):
                 answer = audit_db.owner(c, e["id"], parse_time(at.isoformat()))
                 live = rebuilt[0].state in ("running", "cancel_requested") and rebuilt[0].health != "lease_expired"
                 assert (answer.owner_id is not None) == live, at
+
+
+
+def test_jobs_at_reads_the_same_past_from_the_whole_history_as_call_by_call(cli, db):
+    """More than 10,000 calls (or a filter on the rebuilt state) read the whole history in one scan
+    instead of an index scan per call: both ways must rebuild the same past at every instant."""
+    invoke, conn = cli
+    _history(conn)
+    running = enqueue(conn, "search")
+    claim(conn, "w-3", ["search"])
+    lapsed = enqueue(conn, "quick")
+    claim(conn, "w-4", ["quick"])
+    expire_lease(conn, lapsed["id"])
+    tick(0.05)
+    claim(conn, "w-5", ["quick"])
+    cancel(conn, running["id"], "running", 1, operator="ana")
+    with db.connect() as c:
+        instants = sorted({e["at"] for e in c.execute("select at from job_events").fetchall()})
+        instants += [instants[-1] + timedelta(milliseconds=1)]
+        for at in instants:
+            by_call = audit_db.jobs_at(c, at)
+            whole = audit_db.jobs_at(c, at, limit=10_001)
+            assert whole == by_call, at
+            for state in {r.state for r in by_call}:
+                chosen = audit_db.jobs_at(c, at, JobFilter(state=state))
+                assert chosen == [r for r in by_call if r.state == state], (at, state)
+        assert {r.state for r in whole} >= {"succeeded", "running", "cancel_requested", "queued"}, \
+            "the history covers the states it should"
 
 
 # ----------------------------------------------------------------------------- the auditor
