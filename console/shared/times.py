@@ -34,8 +34,9 @@ class Instant:
         return f"{self.at.isoformat()} ({self.zone})"
 
 
-def parse_duration(text: str, *, what: str = "duration") -> float:
-    """Seconds in `90s`, `15m`, `2h`, `3d` (or a plain number of seconds); bad input otherwise."""
+def parse_duration(text: str, *, what: str = "duration", zero: bool = False) -> float:
+    """Seconds in `90s`, `15m`, `2h`, `3d` (or a plain number of seconds); bad input otherwise.
+    `zero`: a duration of nothing is allowed (an age of `0s` is now)."""
     cleaned = text.strip()
     if re.fullmatch(r"\d+(\.\d+)?", cleaned):
         seconds = float(cleaned)
@@ -44,7 +45,7 @@ def parse_duration(text: str, *, what: str = "duration") -> float:
         if not m:
             raise BadInput(f"{what} '{sanitize(text, max_chars=40)}' is not {DURATION_FORMS}")
         seconds = float(m.group(1)) * _UNIT[m.group(2)[0].lower()]
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not zero):
         raise BadInput(f"{what} '{sanitize(text, max_chars=40)}' must be more than zero")
     return seconds
 
@@ -56,7 +57,8 @@ def parse_time(text: str, *, now: datetime | None = None, what: str = "time") ->
         raise BadInput(f"{what}: nothing given; use {TIME_FORMS}")
     if _DURATION.match(cleaned):
         reference = now or datetime.now(UTC)
-        return Instant(reference - timedelta(seconds=parse_duration(cleaned, what=what)), "ago", cleaned)
+        return Instant(reference - timedelta(seconds=parse_duration(cleaned, what=what, zero=True)), "ago",
+                       cleaned)
     try:
         parsed = datetime.fromisoformat(cleaned.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:

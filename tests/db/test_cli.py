@@ -49,6 +49,9 @@ def test_jobs_filters_and_bad_state(cli):
     enqueue(conn, "pay")
     assert len(json.loads(invoke("jobs", "--tool", "pay", "--json").output)) == 1
     assert json.loads(invoke("jobs", "--state", "running", "--json").output) == []
+    nothing = invoke("jobs", "--state", "running")
+    assert nothing.exit_code == 0 and "no calls match" in nothing.stderr
+    assert nothing.stdout == "", "no empty table before the words"
     bad = invoke("jobs", "--state", "sleeping")
     assert bad.exit_code == 2 and "unknown state" in bad.output
 

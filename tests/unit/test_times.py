@@ -52,3 +52,10 @@ def test_an_instant_after_the_database_clock_is_refused_for_the_past():
         parse_past("2026-12-03T02:14:00Z", now=NOW)
     assert parse_past("2026-12-03T02:13:00Z", now=NOW).at == NOW, "now itself is the past's last instant"
     assert parse_past("1m", now=NOW).at == NOW - timedelta(minutes=1)
+
+
+def test_an_age_of_nothing_is_now():
+    """`--at 0s` asks about the present: fair input, unlike a duration of nothing (a window)."""
+    assert parse_past("0s", now=NOW).at == NOW and parse_time("0m", now=NOW).zone == "ago"
+    with pytest.raises(BadInput, match="more than zero"):
+        parse_duration("0s")

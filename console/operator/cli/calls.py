@@ -75,9 +75,10 @@ def jobs(
     if as_json:
         print_json([r.model_dump(mode="json") for r in rows])
         return
-    out.print(present.jobs_table(rows))
-    if not rows:
+    if not rows:  # an empty table says less than this, and on a pipe it is only noise
         err.print("no calls match")
+        return
+    out.print(present.jobs_table(rows))
 
 
 @app.command()
