@@ -46,18 +46,21 @@ page as materialized (
 -- the events of the page's calls. For a page (the screens ask for 200), an index scan per call.
 -- For more than 10,000 calls (every call, or a filter on what is rebuilt, which reads up to
 -- 100,000), one scan of the whole history instead: it can run in parallel, and it costs less
--- than that many index scans (tests/bench/audit.py measures both); events of calls not on the page fall out at the join in `rebuilt`. With the parameters' values
--- planned in (plan_cache_mode = force_custom_plan) the branch not taken is never executed.
+-- than that many index scans (tests/bench/audit.py measures both); events of calls not on the
+-- page fall out at the join in `rebuilt`. With the parameters' values planned in
+-- (plan_cache_mode = force_custom_plan) the branch not taken is never executed; the gates are
+-- `is true` / `is not true`, so that a null limit takes exactly one of them.
 events as (
     select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.details
     from page p
     join job_events e on e.job_id = p.id
-    where :limit::integer <= 10000 and :state::text is null and :owner::text is null and :health::text is null
+    where (:limit::integer <= 10000 and :state::text is null and :owner::text is null
+           and :health::text is null) is true
     union all
     select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.details
     from job_events e
-    where not (:limit::integer <= 10000 and :state::text is null and :owner::text is null
-               and :health::text is null)
+    where (:limit::integer <= 10000 and :state::text is null and :owner::text is null
+           and :health::text is null) is not true
 ),
 -- per call, the ids of the events that matter at T; their values are read after. The instant is
 -- the parameter itself, not the clock CTE: a constant keeps the aggregate parallel-safe and cheap.
@@ -136,7 +139,8 @@ rebuilt as (
                        from job_events r where r.id = m.request_id limit 1) r on true
     left join lateral (select q.details ->> 'external_request_id' as external_request_id
                        from job_events q
-                       where q.id = m.external_request_event_id and m.external_request_event_id <> m.request_id
+                       where q.id = m.external_request_event_id
+                         and m.external_request_event_id is distinct from m.request_id
                        limit 1) q on true
 ),
 labelled as (

@@ -44,6 +44,7 @@ from tests.helpers import (
     expire_lease,
     heartbeat,
     mark_terminal,
+    record_event,
     register_tool,
     register_tree,
     report_unknown,
@@ -655,6 +656,10 @@ def test_jobs_at_reads_the_same_past_from_the_whole_history_as_call_by_call(cli,
     _history(conn)
     running = enqueue(conn, "search")
     claim(conn, "w-3", ["search"])
+    reported = enqueue(conn, "search")
+    reporter = claim(conn, "w-6", ["search"])
+    # a worker's own report of its request: the journal keeps state_to null on it
+    record_event(conn, reporter, "tool_request_started", "w-6", details={"external_request_id": "req-77"})
     lapsed = enqueue(conn, "quick")
     claim(conn, "w-4", ["quick"])
     expire_lease(conn, lapsed["id"])
@@ -673,6 +678,13 @@ def test_jobs_at_reads_the_same_past_from_the_whole_history_as_call_by_call(cli,
                 assert chosen == [r for r in by_call if r.state == state], (at, state)
         assert {r.state for r in whole} >= {"succeeded", "running", "cancel_requested", "queued"}, \
             "the history covers the states it should"
+        assert next(r for r in whole if r.id == reported["id"]).external_request_id == "req-77", \
+            "a request the worker reported (no state change) still names its external id"
+        unbounded = run(c, "audit/jobs_at", at=instants[-1], tool=None, agent=None, key_prefix=None, id_low=None,
+                        id_high=None, model=None, provider=None, side_effect=None, state=None, owner=None,
+                        health=None, before_created=None, before_id=None, limit=None)
+        assert [r["id"] for r in unbounded] == [r.id for r in whole]
+        assert [r["state"] for r in unbounded] == [r.state for r in whole], "a null limit reads the history too"
 
 
 # ----------------------------------------------------------------------------- the auditor
