@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -24,9 +25,14 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
             handle.flush()
             os.fsync(handle.fileno())
         # mkstemp creates 0600 whatever the umask; the finished file gets what a plain open() would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        # give it: the mode of the file it replaces, else the umask's
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         try:

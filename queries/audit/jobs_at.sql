@@ -82,9 +82,6 @@ marks as (
                                    and e.details ->> 'outcome' = 'applied') as approval_id,
            max(e.id) filter (where e.kind in ('tool_request_started', 'side_effect_started')
                                    and e.state_to is not null and e.at <= :at::timestamptz) as request_id,
-           max(e.id) filter (where e.kind in ('tool_request_started', 'side_effect_started')
-                                   and e.at <= :at::timestamptz)
-               as external_request_event_id,
            max((e.details ->> 'attempt')::integer)
                filter (where e.state_from = 'outcome_unknown' and e.state_to = 'queued'
                              and e.at <= :at::timestamptz)
@@ -99,8 +96,10 @@ marks as (
 -- the values of those events: the last change joined as the planner likes (a probe per call for a
 -- page, a merge over the primary key for every call); the rare ones by a primary-key probe each
 -- (limit 1 keeps each a probe, never a join over the whole history): most calls have no next
--- change, cancel, approval or request to look up, and the request that started the stage is
--- most often the last request too (read once)
+-- change, cancel, approval or request to look up. The external request id is the one the row held:
+-- start_side_effect.sql sets it (the trigger journals it on the stage's request event, whose
+-- state_to is set) and nothing clears it; a request a worker only reported (record_event.sql,
+-- state_to null) never reached the row, so it is not the call's external request id then either
 rebuilt as (
     select p.id, p.tool, t.side_effect, coalesce(c.state_to, 'queued') as state, c.owner_to as owner_id,
            coalesce(c.fencing_token, 0) as fencing_token,
@@ -116,8 +115,7 @@ rebuilt as (
            p.deadline_at,
            x.at as cancel_requested_at, x.actor as cancel_requested_by, oc.reason as cancel_requested_reason,
            case when m.request_id > coalesce(m.approval_id, 0) then r.at end as side_effect_started_at,
-           case when m.external_request_event_id = m.request_id then r.external_request_id
-                else q.external_request_id end as external_request_id,
+           r.external_request_id,
            a.actor as retry_approved_by, a.at as retry_approved_at, a.reason as retry_approved_reason,
            case when c.state_to in ('succeeded', 'failed', 'cancelled') then c.details ->> 'terminal_reason' end
                as terminal_reason,
@@ -137,11 +135,6 @@ rebuilt as (
     left join lateral (select a.actor, a.at, a.reason from job_events a where a.id = m.approval_id limit 1) a on true
     left join lateral (select r.at, r.details ->> 'external_request_id' as external_request_id
                        from job_events r where r.id = m.request_id limit 1) r on true
-    left join lateral (select q.details ->> 'external_request_id' as external_request_id
-                       from job_events q
-                       where q.id = m.external_request_event_id
-                         and m.external_request_event_id is distinct from m.request_id
-                       limit 1) q on true
 ),
 labelled as (
     select b.*,

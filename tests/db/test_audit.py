@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
-from console.db import actions
+from console.db import actions, reads
 from console.db import audit as audit_db
 from console.db.connect import run
 from console.operator.cli import app
@@ -454,6 +455,69 @@ def test_a_closed_pipe_is_heard_even_inside_the_first_batch(cli, db):
     assert "closed the pipe" in proc.stderr and "Traceback" not in proc.stderr
 
 
+
+def test_export_never_replaces_what_is_not_a_plain_file_and_keeps_a_files_mode(cli, tmp_path):
+    """Renaming the finished export onto /dev/null or /dev/full would turn the device into a file;
+    a symbolic link is written through; a file keeps its mode; a read-only one is refused."""
+    invoke, conn = cli
+    _history(conn)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for special in ("/dev/null", str(fifo)):
+        refused = invoke("audit", "export", "--output", special)
+        assert refused.exit_code == 2 and "not a regular file" in refused.output, refused.output
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null") and not fifo.is_file()
+    private = tmp_path / "private.jsonl"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(private)
+    assert invoke("audit", "export", "--output", str(link)).exit_code == 0
+    assert link.is_symlink() and private.read_text().count("\n") > 5, "written through the link"
+    assert private.stat().st_mode & 0o777 == 0o600, "the mode of the file it replaced"
+    frozen = tmp_path / "frozen.jsonl"
+    frozen.write_text("keep\n")
+    frozen.chmod(0o444)
+    if os.geteuid() != 0:  # root may write anything; the check is os.access, which says so
+        refused = invoke("audit", "export", "--output", str(frozen))
+        assert refused.exit_code == 2 and "read-only" in refused.output and frozen.read_text() == "keep\n"
+    long_name = invoke("audit", "export", "--output", str(tmp_path / ("x" * 300)))
+    assert long_name.exit_code == 2 and "too long" in long_name.output
+    dash = invoke("audit", "export", "--output", "-")
+    assert dash.exit_code == 0 and dash.stdout.startswith("{"), "- is standard output"
+    assert not (tmp_path / "-").exists() and not os.path.exists("-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "frozen.jsonl", "latest.jsonl", "private.jsonl"]
+
+
+def test_export_ended_by_sigterm_says_so_and_leaves_no_partial_file(cli, db, tmp_path):
+    """`timeout`, a service stop, a closed terminal: SIGTERM and SIGHUP end it as Ctrl-C does."""
+    invoke, conn = cli
+    _many_events(conn, 200_000)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        target = tmp_path / f"{sig.name}.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "console", "audit", "export", "--dsn", db.dsn, "--output",
+                                 str(target)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, "COLUMNS": "200"})
+        deadline = time.monotonic() + 60
+        while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, error = proc.communicate(timeout=60)
+        assert proc.returncode == 1, (sig, error)
+        assert b"interrupted" in error and b"no partial file" in error and b"Traceback" not in error
+        assert not list(tmp_path.iterdir()), (sig, list(tmp_path.iterdir()))
+
+
+def test_export_to_a_full_disk_is_a_message_not_a_traceback(cli, db):
+    invoke, conn = cli
+    _history(conn)
+    proc = subprocess.run(f"{sys.executable} -m console audit export --dsn '{db.dsn}' > /dev/full", shell=True,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 1, proc.stderr
+    assert "export stopped" in proc.stderr and "No space left" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 # ----------------------------------------------------------------------------- verify
 
 
@@ -505,8 +569,11 @@ def test_verify_finds_an_overlapping_claim_inserted_by_a_superuser(cli):
     assert {v["job_id"] for v in report["violations"]} == {str(e["id"])}, "the other calls stay clean"
     human = invoke("audit", "verify")
     assert human.exit_code == 4 and "overlap" in human.output and str(e["id"]) in human.output
-    # the forged owner also shows in the ownership answer: verify is what says it cannot be true
-    assert js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))["owner_id"] == "w-evil"
+    # the forged owner also shows in the ownership answer, and its JSON says the history breaks the
+    # rules (keys beyond the contract's, only then): a script must not take w-evil for the truth
+    answer = js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
+    assert answer["owner_id"] == "w-evil" and [v["rule"] for v in answer["violations"]] == ["overlap"]
+    assert answer["also_held"] == [], "the forged reclaim ended w-1's stretch: one owner, but a forged one"
     # ... and the human answer says so before it names an owner
     told = invoke("audit", "owner", str(e["id"]), "--at", "0.001s").output
     assert "BREAKS THE RULES" in told and "overlap" in told and told.index("BREAKS") < told.index("held by")
@@ -527,6 +594,9 @@ def test_owner_on_a_tampered_history_warns_first_and_names_both_owners(cli):
     warning = told.output[:told.output.index("held by")]
     assert "BREAKS THE RULES" in warning and "overlap" in warning, told.output
     assert "w-1" in warning and "w-ghost" in warning, "both owners are named before the answer"
+    answer = js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
+    why = " ".join(v["why"] for v in answer["violations"])
+    assert "w-1" in why and "w-ghost" in why, "the JSON says the answer is not one owner, naming both"
 
 
 def test_verify_finds_a_fallen_token_a_second_finish_and_a_missing_event(cli):
@@ -678,8 +748,15 @@ def test_jobs_at_reads_the_same_past_from_the_whole_history_as_call_by_call(cli,
                 assert chosen == [r for r in by_call if r.state == state], (at, state)
         assert {r.state for r in whole} >= {"succeeded", "running", "cancel_requested", "queued"}, \
             "the history covers the states it should"
-        assert next(r for r in whole if r.id == reported["id"]).external_request_id == "req-77", \
-            "a request the worker reported (no state change) still names its external id"
+        # at the end, the rebuilt calls say what the rows say (the history is all there is then)
+        now = {r.id: r for r in reads.jobs(c, limit=1000)}
+        end = audit_db.jobs_at(c, audit_db.now(c), limit=10_001)
+        for field in ("state", "owner_id", "fencing_token", "attempt", "external_request_id", "finished_at",
+                      "side_effect_started_at", "cancel_requested_at", "retry_approved_by"):
+            assert [getattr(r, field) for r in end] == [getattr(now[r.id], field) for r in end], field
+        assert {r.external_request_id for r in end} >= {"ext-1", None}
+        assert next(r for r in end if r.id == reported["id"]).external_request_id is None, \
+            "a request the worker only reported never reached the row"
         unbounded = run(c, "audit/jobs_at", at=instants[-1], tool=None, agent=None, key_prefix=None, id_low=None,
                         id_high=None, model=None, provider=None, side_effect=None, state=None, owner=None,
                         health=None, before_created=None, before_id=None, limit=None)

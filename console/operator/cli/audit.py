@@ -7,8 +7,11 @@ database's clock). Exit codes as elsewhere (0 done, 1 anything else, 2 bad input
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from contextlib import nullcontext
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,7 +35,7 @@ from console.operator.cli.common import (
 )
 from console.operator.present import audit as words
 from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
-from console.shared.errors import BadInput
+from console.shared.errors import BadInput, LeasectlError
 from console.shared.files import atomic_write, stdout_writer
 from console.shared.filters import JobFilter
 from console.shared.models import JobSummary
@@ -159,19 +162,54 @@ def actions_command(
 
 
 def _target(output: str | None) -> Path | None:
-    """The file to write, checked before anything is read: bad input writes nothing."""
-    if output is None:
+    """The file to write, checked before anything is read: bad input writes nothing. `-` is
+    standard output. A symbolic link is written through (the link stays, its target is replaced);
+    anything at the path that is not a regular file (a device, a FIFO, a socket) is refused, since
+    renaming the finished export onto it would replace /dev/null or /dev/full with a plain file;
+    so is a file this login could not overwrite in place (read-only to it)."""
+    if output is None or output == "-":
         return None
     raw = os.path.expanduser(output)
-    path = Path(raw)
-    if path.is_dir() or raw.endswith(os.sep):
-        raise BadInput(f"--output {sanitize(raw)} names a directory: give a file name")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise BadInput(f"--output: the directory {sanitize(str(parent))} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise BadInput(f"--output: the directory {sanitize(str(parent))} is not writable")
+    shown = sanitize(raw, max_chars=200)
+    # the temporary name beside it is longer by a dot, eight characters and `.partial`
+    if len(os.fsencode(Path(raw).name)) > 255 - len("..partial") - 8:
+        raise BadInput(f"--output: the file name {sanitize(Path(raw).name, max_chars=60)} is too long")
+    try:
+        if raw.endswith(os.sep) or Path(raw).is_dir():
+            raise BadInput(f"--output {shown} names a directory: give a file name")
+        path = Path(os.path.realpath(raw))
+        if path.exists() and not path.is_file():
+            raise BadInput(f"--output {shown} is not a regular file (a device, a pipe or a socket): leave out "
+                           "--output to write to standard output and redirect that")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise BadInput(f"--output {shown} is read-only to you: nothing was written")
+        parent = path.parent
+        if not parent.is_dir():
+            raise BadInput(f"--output: the directory {sanitize(str(parent), max_chars=200)} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise BadInput(f"--output: the directory {sanitize(str(parent), max_chars=200)} is not writable")
+    except OSError as exc:  # a path the file system refuses to look at (a loop of links, say)
+        raise BadInput(f"--output {shown}: {exc.strerror or exc}") from None
     return path
+
+
+@contextmanager
+def _stopped_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM and SIGHUP (`timeout`, a closed terminal, a service stop) end the export the way
+    Ctrl-C does: through the handlers that remove the temporary file and say so. Without this the
+    process died at once and left its .partial file behind."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _progress(to_file: bool) -> Progress | None:
@@ -232,7 +270,7 @@ def export_command(
                                          job_id=job_id, with_db_role=with_db_role, on_progress=progress)
         _zone_note(start, end)
         try:
-            with bar if bar is not None else nullcontext():
+            with _stopped_like_ctrl_c(), bar if bar is not None else nullcontext():
                 if bar is not None:
                     task = bar.add_task("export", total=None)
                 if path is not None:
@@ -251,6 +289,12 @@ def export_command(
             err.print(f"[bold red]export stopped[/]: the reader closed the pipe after {done[0]:,} events; "
                       "the output is incomplete")
             raise typer.Exit(1) from None
+        except OSError as exc:  # a full disk, a file system that refuses the name: nothing is left behind
+            where = (f"nothing was written to {sanitize(str(path), max_chars=200)} (no partial file)"
+                     if path is not None else "the output is incomplete")
+            if path is None:
+                _silence_stdout()
+            raise LeasectlError(f"export stopped after {done[0]:,} events: {exc.strerror or exc}; {where}") from None
     if path is not None or err.is_terminal:
         span = (f", {words.when(summary['first_at'])} .. {words.when(summary['last_at'])}"
                 if summary["events"] else "")
