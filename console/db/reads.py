@@ -93,10 +93,10 @@ def resolve(conn: Conn, ref: str) -> uuid.UUID:
     low, high = id_range(ref)
     rows = run(conn, "views/job_by_prefix", id_low=low, id_high=high)
     if not rows:
-        raise BadInput(f"no call with id {sanitize(ref)}", hint="`leasectl jobs` lists calls")
+        raise BadInput(f"no call with id {sanitize(ref, max_chars=48)}", hint="`leasectl jobs` lists calls")
     if len(rows) > 1:
         listed = ", ".join(f"{str(r['id'])[:13]}… ({r['state']})" for r in rows[:4])
-        raise BadInput(f"'{sanitize(ref)}' is ambiguous: {listed}", hint="give more characters of the id")
+        raise BadInput(f"'{sanitize(ref, max_chars=48)}' is ambiguous: {listed}", hint="give more characters of the id")
     found: uuid.UUID = rows[0]["id"]
     return found
 

@@ -124,8 +124,11 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
     """The smallest and largest uuid starting with `prefix` (hex digits, hyphens optional)."""
     cleaned = prefix.strip().lower().replace("-", "")
+    if cleaned and len(cleaned) > 32 and _HEX.match(cleaned):
+        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is too long for a call id: {len(cleaned)} hex digits, "
+                       "an id has 32")
     if not cleaned or len(cleaned) > 32 or not _HEX.match(cleaned):
-        raise BadInput(f"'{sanitize(prefix)}' is not a call id or an id prefix (hex digits)")
+        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is not a call id or an id prefix (hex digits)")
     low = cleaned.ljust(32, "0")
     high = cleaned.ljust(32, "f")
     return uuid.UUID(low), uuid.UUID(high)

@@ -15,9 +15,15 @@ from datetime import UTC, datetime, timedelta
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\s*$",
-                       re.IGNORECASE)
+# ASCII digits only: \d would take full-width and Arabic-Indic digits too (full-width ones, say)
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\s*$",
+                       re.IGNORECASE | re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# what an instant may be: the history holds nothing older, and outside these years the arithmetic
+# of zones and ages leaves what Python's datetime can hold
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+LONGEST = timedelta(days=36_500)  # an age or a duration of at most a hundred years
 TIME_FORMS = "an ISO 8601 time (2026-12-03T02:13:00Z; without an offset it is local time) or an age (90s, 15m, 2h, 3d)"
 DURATION_FORMS = "a duration such as 90s, 15m, 2h or 3d"
 
@@ -38,7 +44,7 @@ def parse_duration(text: str, *, what: str = "duration", zero: bool = False) -> 
     """Seconds in `90s`, `15m`, `2h`, `3d` (or a plain number of seconds); bad input otherwise.
     `zero`: a duration of nothing is allowed (an age of `0s` is now)."""
     cleaned = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", cleaned):
         seconds = float(cleaned)
     else:
         m = _DURATION.match(cleaned)
@@ -47,6 +53,8 @@ def parse_duration(text: str, *, what: str = "duration", zero: bool = False) -> 
         seconds = float(m.group(1)) * _UNIT[m.group(2)[0].lower()]
     if seconds < 0 or (seconds == 0 and not zero):
         raise BadInput(f"{what} '{sanitize(text, max_chars=40)}' must be more than zero")
+    if seconds > LONGEST.total_seconds():
+        raise BadInput(f"{what} '{sanitize(text, max_chars=40)}' is longer than a hundred years")
     return seconds
 
 
@@ -63,11 +71,22 @@ def parse_time(text: str, *, now: datetime | None = None, what: str = "time") ->
         parsed = datetime.fromisoformat(cleaned.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS}") from None
-    if parsed.tzinfo is None:
-        local = parsed.astimezone()  # the local zone of this machine, at that date
-        return Instant(local, f"local ({local.tzname()})", cleaned)
-    zone = "UTC" if parsed.utcoffset() == timedelta(0) else parsed.strftime("%z")
-    return Instant(parsed, zone, cleaned)
+    if not cleaned.isascii():
+        raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS} (digits 0-9 only)")
+    try:
+        if parsed.tzinfo is None:
+            local = parsed.astimezone()  # the local zone of this machine, at that date
+            instant = Instant(local, f"local ({local.tzname()})", cleaned)
+        else:
+            zone = "UTC" if parsed.utcoffset() == timedelta(0) else parsed.strftime("%z")
+            instant = Instant(parsed, zone, cleaned)
+        in_range = EARLIEST <= instant.at <= LATEST
+    except (OverflowError, ValueError):
+        in_range = False
+    if not in_range:
+        raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is out of range: give a time between "
+                       f"{EARLIEST.date()} and {LATEST.date()}")
+    return instant
 
 
 def parse_past(text: str, *, now: datetime, what: str = "time") -> Instant:

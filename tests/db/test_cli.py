@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from console.operator.cli import app
+from tests.conftest import ROOT
 from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
 
 
@@ -76,6 +80,9 @@ def test_unknown_and_ambiguous_ids_are_bad_input(cli):
         enqueue(conn, "search")
     assert invoke("show", "ffffffff-0000").exit_code == 2
     assert invoke("show", "zz!").exit_code == 2
+    huge = invoke("show", "a" * 100_000)
+    assert huge.exit_code == 2 and "too long for a call id" in huge.output and len(huge.output) < 600, \
+        "a bad id is named, not echoed whole"
     ids = [r["id"] for r in conn.execute("select id::text as id from tool_jobs")]
     first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) > 1)
     result = invoke("show", first)
@@ -306,3 +313,17 @@ def test_a_finished_call_has_no_lease_health_or_heartbeat_age_in_json(cli):
     assert row["health"] is None and row["heartbeat_age_seconds"] is None and row["lease_left_seconds"] is None
     human = invoke("show", str(e["id"]))
     assert "healthy" not in human.output, "a finished call holds no lease: no lease health"
+
+
+def test_tables_on_a_pipe_are_not_cut_to_80_columns(cli, db):
+    """rich draws 80 columns wide when it cannot ask a terminal: ids, owners and headers were cut."""
+    invoke, conn = cli
+    enqueue(conn, "search")
+    claim(conn, "w-browser-west-17")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    shown = subprocess.run([sys.executable, "-m", "console", "jobs", "--dsn", db.dsn], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "w-browser-west-17" in shown.stdout and "…" not in shown.stdout, shown.stdout
+    assert all(word in shown.stdout for word in ("lease left", "health", "created")), "every column is there"
+

@@ -59,3 +59,19 @@ def test_an_age_of_nothing_is_now():
     assert parse_past("0s", now=NOW).at == NOW and parse_time("0m", now=NOW).zone == "ago"
     with pytest.raises(BadInput, match="more than zero"):
         parse_duration("0s")
+
+
+@pytest.mark.parametrize("text, words", [("99999999d", "hundred years"), ("999999999999999999999s", "hundred years"),
+                                          ("9" * 5000 + "s", "hundred years"), ("0001-01-01", "out of range"),
+                                          ("0001-01-01T00:30:00+01:00", "out of range"),
+                                          ("9999-12-31T23:59:59Z", "out of range"), ("\uff12h", "ISO 8601"),
+                                          ("\u0663h", "ISO 8601")])
+def test_times_out_of_range_or_in_other_digits_are_bad_input_not_a_crash(text, words):
+    """They were OverflowError and ValueError (exit 1, 'internal error') in every command."""
+    with pytest.raises(BadInput, match=words):
+        parse_time(text, now=NOW)
+
+
+def test_the_range_edges_and_the_longest_age_still_parse():
+    assert parse_time("1900-01-01T00:00:00Z").at.year == 1900
+    assert parse_time("36500d", now=NOW).at == NOW - timedelta(days=36_500)

@@ -50,7 +50,17 @@ class TerminalConsole(Console):
             for segment in buffer)
 
 
-out = TerminalConsole(highlight=False, soft_wrap=True, emoji=False)
+def _pipe_width(stream: Any) -> int | None:
+    """Tables on a pipe or in a file: rich would draw them 80 columns wide and cut ids, owners and
+    headers (`st…`); a reader there has no width to fit, so a wide one (COLUMNS still decides)."""
+    try:
+        on_terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        on_terminal = False
+    return None if on_terminal or os.environ.get("COLUMNS") else 200
+
+
+out = TerminalConsole(highlight=False, soft_wrap=True, emoji=False, width=_pipe_width(sys.stdout))
 err = TerminalConsole(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
