@@ -11,13 +11,58 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TextIO
 
+from console.shared.errors import BadInput
+from console.shared.text import sanitize
+
+# the temporary name beside a target: a dot, the name, a dot, eight random characters, `.partial`
+_TEMPORARY_EXTRA = len("..") + 8 + len(".partial")
+
+
+def writable_target(text: str, *, what: str = "--output") -> Path:
+    """The file an export may write to, checked before anything is read, as an absolute path with
+    symbolic links resolved (a link is written through: it stays, its target is replaced). Bad
+    input for: nothing given, a directory, anything at the path that is not a regular file (a
+    device, a FIFO, a socket: renaming the finished file onto /dev/null or /dev/full would
+    replace the device), a file this login cannot write, a missing or unwritable directory, a
+    name too long to write under a temporary name beside it, a path the file system refuses."""
+    raw = os.path.expanduser(text.strip())
+    shown = sanitize(raw, max_chars=200)
+    if not raw:
+        raise BadInput(f"{what}: give a file to write to")
+    try:
+        if raw.endswith(os.sep) or os.path.isdir(raw):
+            raise BadInput(f"{what} {shown} names a directory: give a file name")
+        try:
+            found = os.stat(raw)  # follows links: /dev/stdout is whatever it points at
+        except FileNotFoundError:
+            found = None
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            raise BadInput(f"{what} {shown} is not a regular file (a device, a pipe or a socket): write to "
+                           "standard output and redirect that instead")
+        path = Path(os.path.realpath(raw))
+        if len(os.fsencode(path.name)) > 255 - _TEMPORARY_EXTRA:
+            raise BadInput(f"{what}: the file name {sanitize(path.name, max_chars=60)} is too long")
+        if found is not None and not os.access(path, os.W_OK):
+            raise BadInput(f"{what} {shown} is read-only to you: nothing was written")
+        if not path.parent.is_dir():
+            raise BadInput(f"{what}: the directory {sanitize(str(path.parent), max_chars=200)} does not exist")
+        if not os.access(path.parent, os.W_OK):
+            raise BadInput(f"{what}: the directory {sanitize(str(path.parent), max_chars=200)} is not writable")
+    except OSError as exc:  # a loop of links, a name too long for a directory on the way
+        raise BadInput(f"{what} {shown}: {exc.strerror or exc}") from None
+    return path
+
 
 @contextmanager
 def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = None) -> Iterator[IO[str]]:
     """Write to a temporary file beside `path` and rename it onto `path` only when the block
     finishes. Any exception (a closed pipe, Ctrl-C, a full disk) removes the temporary file and
-    leaves `path` as it was."""
-    directory = path.parent if str(path.parent) else Path(".")
+    leaves `path` as it was. A symbolic link is written through; anything at `path` that is not a
+    regular file is refused (writable_target says why), never replaced."""
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise BadInput(f"{sanitize(str(path), max_chars=200)} is not a regular file: nothing was written")
+    directory = path.parent
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline=newline) as handle:

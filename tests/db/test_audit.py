@@ -506,6 +506,22 @@ def test_export_ended_by_sigterm_says_so_and_leaves_no_partial_file(cli, db, tmp
         assert proc.returncode == 1, (sig, error)
         assert b"interrupted" in error and b"no partial file" in error and b"Traceback" not in error
         assert not list(tmp_path.iterdir()), (sig, list(tmp_path.iterdir()))
+    # under nohup (SIGHUP inherited as ignored) a hang-up stays ignored: the export completes
+    target = tmp_path / "nohup.jsonl"
+    inherited = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does before exec
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "console", "audit", "export", "--dsn", db.dsn, "--output",
+                                 str(target)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, "COLUMNS": "200"})
+    finally:
+        signal.signal(signal.SIGHUP, inherited)
+    deadline = time.monotonic() + 60
+    while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGHUP)
+    _, error = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"wrote" in error, error
+    assert len(target.read_text().splitlines()) == conn.execute("select count(*) as n from job_events").fetchone()["n"]
 
 
 def test_export_to_a_full_disk_is_a_message_not_a_traceback(cli, db):

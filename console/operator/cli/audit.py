@@ -10,8 +10,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,7 +35,7 @@ from console.operator.cli.common import (
 from console.operator.present import audit as words
 from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
 from console.shared.errors import BadInput, LeasectlError
-from console.shared.files import atomic_write, stdout_writer
+from console.shared.files import atomic_write, stdout_writer, writable_target
 from console.shared.filters import JobFilter
 from console.shared.models import JobSummary
 from console.shared.text import sanitize
@@ -162,53 +161,38 @@ def actions_command(
 
 
 def _target(output: str | None) -> Path | None:
-    """The file to write, checked before anything is read: bad input writes nothing. `-` is
-    standard output. A symbolic link is written through (the link stays, its target is replaced);
-    anything at the path that is not a regular file (a device, a FIFO, a socket) is refused, since
-    renaming the finished export onto it would replace /dev/null or /dev/full with a plain file;
-    so is a file this login could not overwrite in place (read-only to it)."""
+    """The file to write (files.writable_target), checked before anything is read: bad input
+    writes nothing. `-` is standard output."""
     if output is None or output == "-":
         return None
-    raw = os.path.expanduser(output)
-    shown = sanitize(raw, max_chars=200)
-    # the temporary name beside it is longer by a dot, eight characters and `.partial`
-    if len(os.fsencode(Path(raw).name)) > 255 - len("..partial") - 8:
-        raise BadInput(f"--output: the file name {sanitize(Path(raw).name, max_chars=60)} is too long")
-    try:
-        if raw.endswith(os.sep) or Path(raw).is_dir():
-            raise BadInput(f"--output {shown} names a directory: give a file name")
-        path = Path(os.path.realpath(raw))
-        if path.exists() and not path.is_file():
-            raise BadInput(f"--output {shown} is not a regular file (a device, a pipe or a socket): leave out "
-                           "--output to write to standard output and redirect that")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise BadInput(f"--output {shown} is read-only to you: nothing was written")
-        parent = path.parent
-        if not parent.is_dir():
-            raise BadInput(f"--output: the directory {sanitize(str(parent), max_chars=200)} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise BadInput(f"--output: the directory {sanitize(str(parent), max_chars=200)} is not writable")
-    except OSError as exc:  # a path the file system refuses to look at (a loop of links, say)
-        raise BadInput(f"--output {shown}: {exc.strerror or exc}") from None
-    return path
+    return writable_target(output, what="--output")
 
 
-@contextmanager
-def _stopped_like_ctrl_c() -> Iterator[None]:
-    """SIGTERM and SIGHUP (`timeout`, a closed terminal, a service stop) end the export the way
-    Ctrl-C does: through the handlers that remove the temporary file and say so. Without this the
-    process died at once and left its .partial file behind."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+class _Signals:
+    """While an export runs, SIGTERM and SIGHUP (`timeout`, a closed terminal, a service stop) end
+    it the way Ctrl-C does: through the handlers that remove the temporary file and say so.
+    Without this the process died at once and left its .partial file behind. A signal the process
+    inherited as ignored (nohup) stays ignored; once the file is complete (`finished`), a signal
+    is ignored, so that the message never says 'nothing was written' of a file just renamed."""
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
+    def __init__(self) -> None:
+        self.finished = False
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        if not self.finished:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                current = signal.getsignal(sig)
+                if current not in (signal.SIG_IGN, None):
+                    self._previous[sig] = signal.signal(sig, self._interrupt)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
 
@@ -270,15 +254,17 @@ def export_command(
                                          job_id=job_id, with_db_role=with_db_role, on_progress=progress)
         _zone_note(start, end)
         try:
-            with _stopped_like_ctrl_c(), bar if bar is not None else nullcontext():
+            with _Signals() as signals, bar if bar is not None else nullcontext():
                 if bar is not None:
                     task = bar.add_task("export", total=None)
                 if path is not None:
                     with atomic_write(path, newline="") as handle:
                         summary = audit_db.export(conn, handle, **arguments)
+                    signals.finished = True
                 else:
                     summary = audit_db.export(conn, stdout_writer(),
                                               for_terminal=sys.stdout.isatty(), **arguments)
+                    signals.finished = True
         except KeyboardInterrupt:
             where = (f"nothing was written to {sanitize(str(path))} (no partial file)" if path is not None
                      else "the output above is incomplete")

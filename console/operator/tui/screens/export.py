@@ -7,7 +7,6 @@ nothing in the database (no type-ahead guard needed: nothing here can do harm).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +22,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from console.operator.tui.failures import describe_failure
 from console.shared.errors import BadInput
+from console.shared.files import writable_target
 from console.shared.text import sanitize
 
 # write(path, format, progress(done, total|None), cancelled()) -> how many records it wrote
@@ -30,14 +30,7 @@ Writer = Callable[[Path, str, Callable[[int, int | None], None], Callable[[], bo
 
 
 def check_target(text: str) -> Path:
-    path = Path(os.path.expanduser(text.strip()))
-    if not text.strip():
-        raise BadInput("give a file to write to")
-    if path.is_dir():
-        raise BadInput(f"{sanitize(str(path))} is a directory: give a file name")
-    if not path.parent.is_dir():
-        raise BadInput(f"{sanitize(str(path.parent))} does not exist")
-    return path
+    return writable_target(text, what="the file")
 
 
 class ExportDialog(ModalScreen[Path | None]):

@@ -1,0 +1,60 @@
+"""Where an export may write (console.shared.files.writable_target) and how it writes there."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from console.shared.errors import BadInput
+from console.shared.files import atomic_write, writable_target
+
+
+def test_a_new_file_a_relative_name_and_a_home_path_are_fine(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert writable_target("out.jsonl") == tmp_path / "out.jsonl"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert writable_target("~/x.csv") == tmp_path / "x.csv"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: "", "give a file"),
+    (str, "names a directory"),
+    (lambda d: str(d / "gone") + "/", "names a directory"),
+    (lambda d: "/dev/null", "not a regular file"),
+    (lambda d: (os.mkfifo(d / "fifo"), str(d / "fifo"))[1], "not a regular file"),
+    (lambda d: str(d / "missing" / "x.jsonl"), "does not exist"),
+    (lambda d: str(d / ("x" * 238)), "too long"),
+    (lambda d: ((d / "loop").symlink_to(d / "loop"), str(d / "loop"))[1], "loop"),
+])
+def test_what_is_refused_and_why(tmp_path, make, words):
+    with pytest.raises(BadInput, match=words):
+        writable_target(make(tmp_path))
+
+
+def test_the_longest_name_that_fits_beside_its_temporary_name(tmp_path):
+    target = writable_target(str(tmp_path / ("x" * 237)))
+    with atomic_write(target) as f:
+        f.write("ok\n")
+    assert target.read_text() == "ok\n"
+
+
+def test_links_are_written_through_and_a_file_keeps_its_mode(tmp_path):
+    private = tmp_path / "private.jsonl"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(private)
+    dangling = tmp_path / "next.jsonl"
+    dangling.symlink_to(tmp_path / "not-yet.jsonl")
+    assert writable_target(str(link)) == private and writable_target(str(dangling)) == tmp_path / "not-yet.jsonl"
+    with atomic_write(link) as f:
+        f.write("new\n")
+    assert link.is_symlink() and private.read_text() == "new\n" and private.stat().st_mode & 0o777 == 0o600
+
+
+def test_atomic_write_never_replaces_a_device():
+    with pytest.raises(BadInput, match="not a regular file"), atomic_write(Path("/dev/null")) as f:
+        f.write("x")
+    assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
