@@ -37,8 +37,9 @@ def writable_target(text: str, *, what: str = "--output") -> Path:
         except FileNotFoundError:
             found = None
         if found is not None and not stat.S_ISREG(found.st_mode):
-            raise BadInput(f"{what} {shown} is not a regular file (a device, a pipe or a socket): write to "
-                           "standard output and redirect that instead")
+            instead = ("leave out --output to write to standard output, and redirect that" if what == "--output"
+                       else "give the name of a file")
+            raise BadInput(f"{what} {shown} is not a regular file (a device, a pipe or a socket): {instead}")
         path = Path(os.path.realpath(raw))
         if len(os.fsencode(path.name)) > 255 - _TEMPORARY_EXTRA:
             raise BadInput(f"{what}: the file name {sanitize(path.name, max_chars=60)} is too long")
