@@ -527,3 +527,34 @@ def test_the_reference_worker_says_at_once_when_its_id_is_not_its_logins(db, log
     done = Worker(make_conninfo(db.dsn, user=A), f"{A}:w-1", lambda ctx: {"ok": True}).run(threading.Event(),
                                                                                            max_calls=1)
     assert done == 1
+
+
+def test_a_worker_cannot_erase_the_mark_of_an_unverifiable_side_effect(db, logins, admin):
+    """The mark (side_effect_started_at) is what sends a lost answer to a human (LCS07), and the
+    external request id is what the human checks: the owner may set them, never clear or change
+    them on its own, or a plain retryable failure would run the payment again unapproved."""
+    with as_login(db, A) as a:
+        enqueue(a, "pay")
+        c = claim(a, A, ["pay"])
+        assert start_side_effect(a, c, A, request_id="pay-req-1") is not None
+        for stmt in ("update tool_jobs set side_effect_started_at = null where id = %s",
+                     "update tool_jobs set external_request_id = 'pay-req-2' where id = %s",
+                     "update tool_jobs set external_request_id = null where id = %s"):
+            state = sqlstate_of(a, stmt, (c["id"],))
+            row = raw(admin, c["id"])
+            assert row["side_effect_started_at"] is not None and row["external_request_id"] == "pay-req-1", \
+                (stmt, state)
+        time.sleep(0.01)  # a later transaction: a later now()
+        again = start_side_effect(a, c, A, request_id="pay-req-2")  # a new request: a new start, journaled
+        assert again is not None and raw(admin, c["id"])["external_request_id"] == "pay-req-2"
+        assert [e["details"].get("external_request_id") for e in events(admin, c["id"])
+                if e["kind"] == "tool_request_started"] == ["pay-req-1", "pay-req-2"]
+        assert sqlstate_of(a, "update tool_jobs set side_effect_started_at = side_effect_started_at - "
+                              "interval '1 hour' where id = %s", (c["id"],)) == "LCS07", "not back in time"
+        failed = fail(a, c, A)
+        assert failed is None or failed["state"] == "outcome_unknown", failed
+        assert raw(admin, c["id"])["state"] == "outcome_unknown", "never back in the queue without a human"
+    approve(admin, c["id"], "outcome_unknown", c["fencing_token"], operator="ana")
+    approved = raw(admin, c["id"])
+    assert approved["state"] == "queued" and approved["side_effect_started_at"] is None
+    assert approved["external_request_id"] == "pay-req-2", "the next owner sees which request may have run"
