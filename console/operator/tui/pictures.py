@@ -93,6 +93,8 @@ SHOTS += [
          title="6 Audit: the operator journal across calls and shutdowns (j)"),
     Shot("small_audit", ["6", "slash", *AUDIT_ZOMBIE_THEN, "enter"], until="held by w-search-5", size=SMALL,
          title="Audit at 80x24: the answer on top, then the events"),
+    Shot("calls_past", ["2", "slash", *list("at:2026-07-23T21:13:35Z"), "enter"], until="THE PAST",
+         title="2 Calls as they were at 21:13:35 (at:): rebuilt from the history, the past said first"),
 ]
 
 
