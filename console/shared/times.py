@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
 
-# ASCII digits only: \d would take full-width and Arabic-Indic digits too (full-width ones, say)
+# ASCII only: \d would take full-width and Arabic-Indic digits too, and IGNORECASE alone would
+# take the long s (U+017F) for `s`
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\s*$",
                        re.IGNORECASE | re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -71,8 +72,8 @@ def parse_time(text: str, *, now: datetime | None = None, what: str = "time") ->
         parsed = datetime.fromisoformat(cleaned.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS}") from None
-    if not cleaned.isascii():
-        raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS} (digits 0-9 only)")
+    if not cleaned.isascii():  # fromisoformat takes any character between the date and the time
+        raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS} (ASCII only)")
     try:
         if parsed.tzinfo is None:
             local = parsed.astimezone()  # the local zone of this machine, at that date

@@ -75,3 +75,9 @@ def test_times_out_of_range_or_in_other_digits_are_bad_input_not_a_crash(text, w
 def test_the_range_edges_and_the_longest_age_still_parse():
     assert parse_time("1900-01-01T00:00:00Z").at.year == 1900
     assert parse_time("36500d", now=NOW).at == NOW - timedelta(days=36_500)
+
+
+def test_a_time_with_a_foreign_separator_or_the_long_s_is_not_taken():
+    for text in ("2026-12-03\u043602:13:00Z", "90\u017f"):
+        with pytest.raises(BadInput):
+            parse_time(text, now=NOW)

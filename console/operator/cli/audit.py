@@ -260,11 +260,10 @@ def export_command(
                 if path is not None:
                     with atomic_write(path, newline="") as handle:
                         summary = audit_db.export(conn, handle, **arguments)
-                    signals.finished = True
                 else:
                     summary = audit_db.export(conn, stdout_writer(),
                                               for_terminal=sys.stdout.isatty(), **arguments)
-                    signals.finished = True
+                signals.finished = True
         except KeyboardInterrupt:
             where = (f"nothing was written to {sanitize(str(path))} (no partial file)" if path is not None
                      else "the output above is incomplete")
