@@ -175,13 +175,27 @@ def export(conn: Conn, out: TextSink, *, fmt: str = "jsonl", since: datetime | N
             width = len(columns)
             for rows in stream(conn, "audit/export_csv", params, cursor_name=EXPORT_CURSOR, batch=batch):
                 if for_terminal:
-                    writer.writerows([[terminal_safe(v) if v else v for v in r[:width]] for r in rows])
+                    writer.writerows([[terminal_safe(spreadsheet_safe(v)) if v else v for v in r[:width]]
+                                      for r in rows])
                 else:
-                    writer.writerows(r[:width] for r in rows)
+                    writer.writerows([[spreadsheet_safe(v) if v else v for v in r[:width]] for r in rows])
                 written += len(rows)
                 if on_progress:
                     on_progress(written, total)
     return {"events": written, "first_at": counted["first_at"], "last_at": counted["last_at"]}
+
+
+# What a spreadsheet runs as a formula when a cell starts with it (OWASP, "CSV Injection"), and
+# the apostrophe that neutralises one: an actor or a worker id is whatever a client claimed, and an
+# auditor opening the export must not run `=HYPERLINK(...)` someone wrote there.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def spreadsheet_safe(value: str) -> str:
+    """A CSV cell a spreadsheet shows as text: one apostrophe before a cell that starts like a
+    formula, and before one that already starts with an apostrophe, so that dropping one leading
+    apostrophe from any cell that has one gives back the value exactly (the JSONL export is verbatim)."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
 
 
 def _ascii_line(line: str) -> str:

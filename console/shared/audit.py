@@ -651,7 +651,8 @@ def parse_audit_filter(text: str, *, now: datetime | None = None) -> AuditFilter
     for key in ("since", "until", "at"):
         if key in values:
             try:
-                times[key] = (parse_past(values[key], now=now, what="at:") if key == "at" and now is not None
+                # at: and since: ask the history, which holds nothing after now; until: may lie ahead
+                times[key] = (parse_past(values[key], now=now, what=f"{key}:") if key != "until" and now is not None
                               else parse_time(values[key], now=now, what=f"{key}:"))
             except BadInput as exc:
                 raise BadInput(str(exc), hint=audit_grammar()) from None

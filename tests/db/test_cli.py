@@ -158,6 +158,14 @@ def test_dsn_from_environment(db):
     assert result.exit_code == 0
 
 
+def test_an_empty_dsn_is_bad_input_not_the_environments_database(db):
+    # `--dsn "$DB"` with DB unset must not quietly reach whatever LEASECTL_DSN names
+    for args in (["jobs", "--dsn", ""], ["--dsn", " ", "jobs"], ["audit", "actions", "--dsn", ""]):
+        result = CliRunner().invoke(app, args, env={"LEASECTL_DSN": db.dsn})
+        assert result.exit_code == 2 and "--dsn is empty" in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+
+
 def test_unmigrated_database_says_migrate(empty_db):
     result = CliRunner().invoke(app, ["jobs", "--dsn", empty_db.dsn])
     assert result.exit_code == 1 and "leasectl migrate" in result.output

@@ -81,3 +81,36 @@ def test_a_time_with_a_foreign_separator_or_the_long_s_is_not_taken():
     for text in ("2026-12-03\u043602:13:00Z", "90\u017f"):
         with pytest.raises(BadInput):
             parse_time(text, now=NOW)
+
+
+@pytest.fixture
+def berlin(monkeypatch):
+    """This machine's zone as Europe/Berlin for one test (Python reads TZ at tzset)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_local_time_the_clocks_skipped_is_bad_input(berlin):
+    # 2026-03-29: 02:00 CET became 03:00 CEST; 02:30 named no instant
+    with pytest.raises(BadInput, match=r"does not exist in local time.*\+01:00 CET to \+02:00 CEST"):
+        parse_time("2026-03-29T02:30:00", what="--at")
+
+
+def test_a_local_time_that_happened_twice_is_bad_input_naming_both(berlin):
+    # 2026-10-25: 03:00 CEST became 02:00 CET; 02:30 happened at 00:30Z and again at 01:30Z
+    with pytest.raises(BadInput, match=r"happened twice.*02:30:00\+02:00 \(CEST\) or .*02:30:00\+01:00 \(CET\)"):
+        parse_time("2026-10-25T02:30:00", what="--at")
+
+
+def test_local_times_beside_a_change_of_clocks_parse_to_their_one_instant(berlin):
+    assert parse_time("2026-03-29T01:59:59").at.astimezone(UTC) == datetime(2026, 3, 29, 0, 59, 59, tzinfo=UTC)
+    assert parse_time("2026-03-29T03:00:00").at.astimezone(UTC) == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    summer = parse_time("2026-07-01T12:00:00")
+    assert summer.at.astimezone(UTC) == datetime(2026, 7, 1, 10, 0, tzinfo=UTC) and summer.zone == "local (CEST)"
+    # the same wall time with an offset is what the message asks for, and it is taken
+    assert parse_time("2026-10-25T02:30:00+01:00").at.astimezone(UTC) == datetime(2026, 10, 25, 1, 30, tzinfo=UTC)

@@ -71,8 +71,14 @@ def _time(conn: Conn, text: str | None, what: str) -> Instant | None:
     return parse_time(text, now=audit_db.now(conn), what=what) if text is not None else None
 
 
+def _since(conn: Conn, text: str | None) -> Instant | None:
+    """The start of a range: not after the database's clock. The history holds nothing after now,
+    so a range starting later is empty by construction, most likely a zone or a year mistyped."""
+    return parse_past(text, now=audit_db.now(conn), what="--since") if text is not None else None
+
+
 def _range(conn: Conn, since: str | None, until: str | None) -> tuple[Instant | None, Instant | None]:
-    start, end = _time(conn, since, "--since"), _time(conn, until, "--until")
+    start, end = _since(conn, since), _time(conn, until, "--until")
     check_range(start, end)
     return start, end
 
@@ -271,8 +277,9 @@ def export_command(
             raise typer.Exit(1) from None
         except BrokenPipeError:
             _silence_stdout()
-            err.print(f"[bold red]export stopped[/]: the reader closed the pipe after {done[0]:,} events; "
-                      "the output is incomplete")
+            # counted per batch: the reader may have had part of the next one too
+            err.print(f"[bold red]export stopped[/]: the reader closed the pipe ({done[0]:,} events had been "
+                      "written in full before it); the output is incomplete")
             raise typer.Exit(1) from None
         except OSError as exc:  # a full disk, a file system that refuses the name: nothing is left behind
             where = (f"nothing was written to {sanitize(str(path), max_chars=200)} (no partial file)"
@@ -303,7 +310,7 @@ def verify_command(
     once, every ownership change has its event. Exit 0 when all hold, 4 when any violation is found
     (each listed with the call, the events and why)."""
     with connect_for_audit(dsn) as conn:
-        start = _time(conn, since, "--since")
+        start = _since(conn, since)
         report = audit_db.verify(conn, since=start.at if start else None)
     if as_json:
         print_json(report.model_dump(mode="json"))

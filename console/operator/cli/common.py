@@ -129,7 +129,12 @@ def _merge(name: str, early: str | None, late: str | None) -> str | None:
 
 def dsn_option(late: str | None) -> str:
     """The DSN: --dsn (either position), else LEASECTL_DSN, DATABASE_URL, libpq's PG* variables."""
-    return resolve_dsn(_merge("--dsn", before().dsn, late))
+    given = _merge("--dsn", before().dsn, late)
+    if given is not None and not given.strip():
+        # `--dsn "$DB"` with DB unset: falling back to LEASECTL_DSN could reach another database
+        raise BadInput("--dsn is empty (an unset variable?): give a connection string, or leave --dsn "
+                       "out to use LEASECTL_DSN, DATABASE_URL or libpq's PG* variables")
+    return resolve_dsn(given)
 
 
 def operator_option(late: str | None) -> str:
