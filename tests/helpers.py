@@ -166,6 +166,10 @@ def ensure_login(admin: Any, login: str, group: str | None = None) -> None:
             try:
                 admin.execute(f"grant {group} to {login}")
                 return
+            except psycopg.errors.UniqueViolation:
+                # Roles are cluster-wide: another test process granted the same membership between
+                # our check and our insert into pg_auth_members, which is what we wanted anyway.
+                return
             except psycopg.errors.InternalError:  # "tuple concurrently updated": granted at this moment
                 if attempt == 4:
                     raise
