@@ -255,3 +255,26 @@ def test_notable_changes_are_announced(conn, listener):
     again = claim(conn, "w2")
     assert again["id"] == e["id"]
     assert announced(e["id"]) == [], "a claim after a sweep is a plain claim"
+
+
+def test_the_fused_statement_claims_its_next_call_before_it_writes_the_result(conn):
+    """complete_and_claim.sql scans the queue before its completion and triggers run: a snapshot
+    that aged meanwhile would lock calls other workers just claimed (FOR UPDATE follows the row
+    to its new version, skips it, and keeps the lock until commit), and their completions would
+    wait for this commit. The history shows the order: the next call's claim comes first."""
+    from psycopg.types.json import Jsonb
+
+    from console.db.connect import run_one
+
+    first = enqueue(conn, "search")
+    second = enqueue(conn, "search")
+    held = claim(conn, "w1")
+    assert held["id"] == first["id"]
+    answer = run_one(conn, "worker/complete_and_claim", job_id=held["id"], worker_id="w1",
+                     fencing_token=held["fencing_token"], result=Jsonb({"ok": 1}), tools=None)
+    assert answer["completed"] is True and answer["id"] == second["id"]
+    succeeded = [e for e in events(conn, first["id"]) if e["state_to"] == "succeeded"]
+    claimed = [e for e in events(conn, second["id"]) if e["kind"] == "claimed"]
+    assert len(succeeded) == 1 and len(claimed) == 1
+    assert claimed[0]["id"] < succeeded[0]["id"], "the claim ran after the completion's write"
+    assert claimed[0]["at"] == succeeded[0]["at"], "one transaction: one instant for both"
