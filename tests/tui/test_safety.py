@@ -368,3 +368,46 @@ async def test_the_cursor_never_moves_to_another_call_silently(db):
             mark_terminal(conn, selected.id, "outcome_unknown", 1, "failed", operator="erin")
         await settle(pilot, lambda: "left this list" in drawn(app), timeout=10)
         assert f"call {selected.short_id} left this list" in drawn(app)
+
+
+async def test_an_answer_fetched_under_the_old_filter_is_dropped_not_shown_under_the_new(db, monkeypatch):
+    """A poll in flight when the filter changes lands after it: shown, it would put calls the new
+    filter excludes under the new filter's name, and then the new answer 'moves' the cursor and
+    reports a call that left the list (it was the filter, not the call). Held here step by step."""
+    import threading
+
+    from console.operator.tui.screens.calls import CallsScreen
+
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", **FAST)
+        enqueue(conn, "search", "r:1")
+        queued = enqueue(conn, "search", "q:1")
+        running = claim(conn, "w-1")  # the oldest: r:1
+        assert running["id"] != queued["id"]
+    gate, holding = threading.Event(), threading.Event()
+    plain_load = CallsScreen.load
+
+    def held_load(self, conn):
+        answer = plain_load(self, conn)  # read under the filter of the moment ...
+        if holding.is_set():
+            gate.wait(timeout=20)  # ... and delivered late
+        return answer
+
+    monkeypatch.setattr(CallsScreen, "load", held_load)
+    app = make_app(db.dsn, poll=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await settle(pilot, lambda: str(queued["id"])[:8] in drawn(app))
+        holding.set()
+        await pilot.pause(0.5)  # the next poll starts and is held, asking for everything
+        screen = app.screen
+        assert screen._in_flight
+        await pilot.press("slash", *list("state:running"), "enter")
+        await pilot.pause(0.1)
+        holding.clear()
+        gate.set()
+        await settle(pilot, lambda: "state:running" in drawn(app) and "page 1 · 1 calls" in drawn(app))
+        await pilot.pause(0.5)
+        assert str(running["id"])[:8] in drawn(app)
+        assert "left this list" not in drawn(app), "the filter moved the cursor, not the call"
+        assert str(queued["id"])[:8] not in drawn(app)

@@ -181,7 +181,7 @@ class AuditScreen(PollingScreen):
     def filter_changed(self) -> None:
         self.cursors = [None]
         self.show_filter_line()
-        self.fetch()
+        self.refetch()
 
     def filter_applied(self) -> None:
         self._table().focus()
@@ -196,7 +196,7 @@ class AuditScreen(PollingScreen):
         self.query_one("#audit-events", LiveTable).display = self.view == "events"
         self.query_one("#audit-journal", LiveTable).display = self.view == "journal"
         self._table().focus()
-        self.fetch()
+        self.refetch()
 
     def action_next_page(self) -> None:
         data = self.page
@@ -207,18 +207,18 @@ class AuditScreen(PollingScreen):
             self.app.notify("This is the oldest page.")
             return
         self.cursors.append(data.events[-1].id)
-        self.fetch()
+        self.refetch()
 
     def action_previous_page(self) -> None:
         if len(self.cursors) == 1:
             self.app.notify("This is the newest page.")
             return
         self.cursors.pop()
-        self.fetch()
+        self.refetch()
 
     def action_first_page(self) -> None:
         self.cursors = [None]
-        self.fetch()
+        self.refetch()
 
     # ------------------------------------------------------------------ opening
     def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:

@@ -66,6 +66,9 @@ class PollingScreen(Screen[None]):
         self.failures = 0
         self.db_now: datetime | None = None
         self.fetched_at: float | None = None
+        # What the screen asks for (its filter): a fetch started under an older one is thrown away
+        # when it lands, never shown under the new filter's name (nor taken as its first answer).
+        self._generation = 0
 
     @property
     def console(self) -> ConsoleApp:
@@ -95,7 +98,7 @@ class PollingScreen(Screen[None]):
             self._again = True
             return
         self._in_flight = True
-        self._fetch_in_thread()
+        self._fetch_in_thread(self._generation)
 
     def wake(self) -> None:
         """Data changed in the database (NOTIFY): fetch now, or right after the one in flight."""
@@ -105,20 +108,36 @@ class PollingScreen(Screen[None]):
             self.schedule(0.05)
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
-    def _fetch_in_thread(self) -> Any:
-        return self.console.session.read(self.load)
+    def _fetch_in_thread(self, generation: int) -> tuple[int, Any]:
+        return generation, self.console.session.read(self.load)
+
+    def invalidate(self) -> None:
+        """What this screen loads (its filter, its page) has changed: a fetch in flight is stale and
+        is dropped when it lands. The caller fetches anew."""
+        self._generation += 1
+
+    def refetch(self) -> None:
+        """Fetch what the screen now asks for; an answer to the old question is dropped."""
+        self.invalidate()
+        self.fetch()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "poll":
             return
         if event.state == WorkerState.SUCCESS:
-            self._loaded(event.worker.result)
+            self._loaded(cast(tuple[int, Any], event.worker.result))
         elif event.state == WorkerState.ERROR:
             self._failed(event.worker.error)
         elif event.state == WorkerState.CANCELLED:
             self._in_flight = False
 
-    def _loaded(self, data: Any) -> None:
+    def _loaded(self, answer: tuple[int, Any]) -> None:
+        generation, data = answer
+        if generation != self._generation:
+            self._in_flight = False
+            self._again = False
+            self.schedule(0)
+            return
         self._in_flight = False
         self.loaded_once = True
         self.failures = 0
@@ -190,6 +209,7 @@ class PollingScreen(Screen[None]):
     def action_clear_filter(self) -> None:
         if self.filter_value is not None and not self.filter_value.empty:
             self.filter_value = self.parse_filter_text("")
+            self.invalidate()
             self.filter_changed()
 
     def on_filter_bar_applied(self, message: FilterBar.Applied) -> None:
@@ -202,6 +222,7 @@ class PollingScreen(Screen[None]):
             return
         self.query_one(FilterBar).close()
         self.filter_value = parsed
+        self.invalidate()
         self.filter_changed()
         self.filter_applied()
 

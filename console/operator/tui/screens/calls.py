@@ -100,7 +100,7 @@ class CallsScreen(CallListScreen):
         self.as_of = None
         self.poll_seconds = PAST_POLL_SECONDS if self.where.at is not None else None
         self.show_filter_line()
-        self.fetch()
+        self.refetch()
 
     # ------------------------------------------------------------------ marks
     def action_mark_all(self) -> None:
@@ -134,15 +134,15 @@ class CallsScreen(CallListScreen):
             return
         last = self.rows[-1]
         self.cursors.append((last.created_at, last.id))
-        self.fetch()
+        self.refetch()
 
     def action_previous_page(self) -> None:
         if len(self.cursors) == 1:
             self.app.notify("This is the newest page.")
             return
         self.cursors.pop()
-        self.fetch()
+        self.refetch()
 
     def action_first_page(self) -> None:
         self.cursors = [None]
-        self.fetch()
+        self.refetch()

@@ -120,7 +120,7 @@ class MetricsScreen(PollingScreen):
     def action_switch_by(self) -> None:
         self.by = BYS[(BYS.index(self.by) + 1) % len(BYS)]  # type: ignore[assignment]
         self.query_one("#metrics-title", Static).update(Text(f"by {self.by}: loading…", style="bold"))
-        self.fetch()
+        self.refetch()
 
     def selected_group(self) -> MetricsGroup | None:
         if self.data is None:

@@ -95,7 +95,7 @@ class TriageScreen(CallListScreen):
         self.poll_seconds = PAST_POLL_SECONDS if self.where.at is not None else None
         if self.where.at is not None or (self.snapshot is not None and self.as_of is not None):
             self.as_of = None
-            self.fetch()  # the past (or back to now) is another read, not another view of this one
+            self.refetch()  # the past (or back to now) is another read, not another view of this one
             self.show_filter_line()
         elif self.snapshot is not None:
             self.show(self.snapshot)
