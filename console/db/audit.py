@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from console.db import sql
-from console.db.connect import Conn, rows_as, run, run_one, translate_error
+from console.db.connect import Conn, lines_as, run, run_one, translate_error
 from console.db.reads import db_info, history, resolve
 from console.shared.audit import (
     EXPORT_COLUMNS,
@@ -272,18 +272,60 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
 # ----------------------------------------------------------------------------- everything as it was at T
 
 
+def _jobs_at_values(at: datetime, where: JobFilter | None, limit: int,
+                    before: tuple[datetime, uuid.UUID] | None) -> dict[str, Any]:
+    f = where or JobFilter()
+    low = high = None
+    if f.id_prefix:
+        low, high = id_range(f.id_prefix)
+    return dict(at=at, tool=f.tool, agent=f.agent, key_prefix=f.key_prefix, id_low=low, id_high=high, model=f.model,
+                provider=f.provider, side_effect=f.side_effect, state=f.state, owner=f.owner, health=f.health,
+                before_created=before[0] if before else None, before_id=before[1] if before else None, limit=limit)
+
+
 def jobs_at(conn: Conn, at: datetime, where: JobFilter | None = None, limit: int = 200, *,
             before: tuple[datetime, uuid.UUID] | None = None) -> list[JobAsOf]:
     """Every call as it was at `at`, newest first, rebuilt from the history only: rows shaped like
     views/jobs.sql's (JobSummary) plus as_of, so the calls screens can show them. `where` filters by
     what never changes (tool, agent, key, id, model, provider, class) and by the rebuilt state,
     owner and health. Pass the last row's (created_at, id) as `before` for the next page."""
-    f = where or JobFilter()
-    low = high = None
-    if f.id_prefix:
-        low, high = id_range(f.id_prefix)
-    rows = run(conn, "audit/jobs_at", at=at, tool=f.tool, agent=f.agent, key_prefix=f.key_prefix, id_low=low,
-               id_high=high, model=f.model, provider=f.provider, side_effect=f.side_effect, state=f.state,
-               owner=f.owner, health=f.health, before_created=before[0] if before else None,
-               before_id=before[1] if before else None, limit=limit)
-    return rows_as(JobAsOf, rows)
+    rows = run(conn, "audit/jobs_at", **_jobs_at_values(at, where, limit, before))
+    return lines_as(JobAsOf, [r["line"] for r in rows])
+
+
+def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | None = None, limit: int = 200, *,
+                  on_progress: Callable[[int], None] | None = None, batch: int = BATCH) -> int:
+    """`leasectl jobs --at TIME --json`: the calls as they were at `at`, written to `out` as the JSON
+    list `jobs --json` prints, byte for byte, as the server wrote each call (no model per row: a
+    rebuild of every call is 100,000 and more). Streamed: the client holds one batch of lines at a
+    time, whatever the limit. Returns how many calls were written; `on_progress(done)` after each
+    batch (it may raise to stop)."""
+    query = sql.load("audit/jobs_at")
+    values = query.bind(_jobs_at_values(at, where, limit, None))
+    written = 0
+    pending: list[str] = []
+    try:
+        with conn.cursor(row_factory=tuple_row) as cur:
+            for (line,) in cur.stream(query.text, values, size=batch):
+                pending.append(line if line.isascii() else _ascii_call(line))
+                if len(pending) == batch:
+                    out.write(("[\n" if not written else ",\n") + ",\n".join(pending))
+                    written += len(pending)
+                    pending.clear()
+                    if on_progress:
+                        on_progress(written)
+    except psycopg.Error as exc:
+        raise translate_error(exc, query.path) from exc
+    if pending:
+        out.write(("[\n" if not written else ",\n") + ",\n".join(pending))
+        written += len(pending)
+    out.write("\n]\n" if written else "[]\n")
+    if on_progress:
+        on_progress(written)
+    return written
+
+
+def _ascii_call(line: str) -> str:
+    """A call the server wrote with non-ASCII characters in it, escaped as print_json escapes them
+    (an element of an indented list: the server's layout, exactly)."""
+    return json.dumps([json.loads(line)], ensure_ascii=True, indent=2)[2:-2]

@@ -60,6 +60,7 @@ def connect(
             idle_in_transaction_session_timeout=f"{limits.idle_in_transaction_ms}ms",
             read_only="on" if read_only else "off",
             plan_cache_mode=limits.plan_cache_mode,
+            work_mem=f"{limits.work_mem_mb}MB" if limits.work_mem_mb else None,
         )
     except BaseException:
         conn.close()
@@ -100,6 +101,12 @@ def rows_as(model: type[Model], rows: list[Row]) -> list[Model]:
     validation takes about half the time of a lax model_validate per row (tests/bench/audit.py's
     jobs --at)."""
     return _list_of(model).validate_python(rows, strict=True)
+
+
+def lines_as(model: type[Model], lines: list[str]) -> list[Model]:
+    """Rows the server wrote as JSON objects (one per line), as `model`s: validated strictly from
+    the JSON in one call, without building a dict per row first."""
+    return _list_of(model).validate_json("[" + ",".join(lines) + "]", strict=True)
 
 
 def execute_script(conn: Conn, script: str) -> None:

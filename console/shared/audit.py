@@ -112,7 +112,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 # The auditor's own session limits: those 0002 gives the leasectl_auditor role (it "reads more but
 # never holds a transaction open" long). An export or a verify streams through a server-side cursor:
 # each FETCH is one short statement, so a long export never meets the statement timeout.
-AUDIT_LIMITS = SessionLimits(statement_timeout_ms=30_000, lock_timeout_ms=1_000, idle_in_transaction_ms=60_000)
+# work_mem: rebuilding every call at an instant aggregates the whole history by call and sorts the
+# calls (audit/jobs_at.sql); at the server's default of 4 MB both spill to disk at 100,000 calls
+# (1.3x the time, tests/bench/audit.py). One auditor's session, not every connection, gets more.
+AUDIT_LIMITS = SessionLimits(statement_timeout_ms=30_000, lock_timeout_ms=1_000, idle_in_transaction_ms=60_000,
+                             work_mem_mb=64)
 
 
 def parse_lease(value: object) -> datetime | None:

@@ -48,6 +48,7 @@ class SessionLimits(BaseModel):
     lock_timeout_ms: int = Field(default=2_000, ge=0)
     idle_in_transaction_ms: int = Field(default=10_000, ge=0)
     plan_cache_mode: Literal["auto", "force_custom_plan"] = "force_custom_plan"
+    work_mem_mb: int | None = Field(default=None, ge=1)  # None: the server's own
 
 
 CONSOLE_LIMITS = SessionLimits()

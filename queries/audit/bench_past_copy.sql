@@ -1,5 +1,5 @@
--- Purpose: benchmark databases only (tests/bench/audit.py): COPY the calls audit/jobs_at.sql
---   rebuilt into bench_past (audit/bench_past_keep.sql), one row per call, columns in its order.
+-- Purpose: benchmark databases only (tests/bench/audit.py): COPY the calls `leasectl jobs --at
+--   --json` wrote into bench_past (audit/bench_past_keep.sql): their order, then the JSON object.
 -- Zero rows: always (COPY).
 -- Parameters: none
-copy bench_past from stdin
+copy bench_past (n, line) from stdin

@@ -18,10 +18,19 @@
 -- Parameters: at, tool, agent, key_prefix, id_low, id_high, model, provider, side_effect, state, owner,
 --   health, before_created, before_id, limit
 with clock as materialized (
-    select :at::timestamptz as t
+    select :at::timestamptz as t, leasectl_json_time(:at::timestamptz) as t_json
 ),
-cutoffs as materialized (
-    select c.* from clock, leasectl_tool_cutoffs(clock.t) c
+-- per tool, once: its class, its attempts, the cutoffs of leasectl_job_health, and its lease
+-- sizing already written as the four JSON members they are in every line of its calls
+tool_facts as materialized (
+    select t.name, to_json(t.name)::text as tool_json, t.side_effect, t.max_attempts, u.late_before, u.unheard_before, u.stage_before,
+           format(E'"lease_seconds": %s,\n    "heartbeat_seconds": %s,\n    "jitter_seconds": %s,\n'
+                  '    "stage_timeout_seconds": %s',
+                  leasectl_json_float(t.lease_seconds::float8), leasectl_json_float(t.heartbeat_seconds::float8),
+                  leasectl_json_float(t.jitter_seconds::float8),
+                  leasectl_json_float(t.stage_timeout_seconds::float8)) as sizing_json
+    from clock, leasectl_tool_cutoffs(clock.t) u
+    join tools t on t.name = u.tool
 ),
 page as materialized (
     select j.id, j.tool, j.idempotency_key, j.payload_hash, pg_column_size(j.payload) as payload_size,
@@ -51,116 +60,179 @@ page as materialized (
 -- (plan_cache_mode = force_custom_plan) the branch not taken is never executed; the gates are
 -- `is true` / `is not true`, so that a null limit takes exactly one of them.
 events as (
-    select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.details
+    select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.owner_to, e.fencing_token,
+           e.actor, e.reason, e.details,
+           -- what kind of event it is for the rebuild, decided once (the common kinds first)
+           case e.kind when 'state_changed' then 2 when 'claimed' then 1 when 'tool_request_started' then 4
+                       when 'reclaimed' then 1 when 'result_rejected' then 7 when 'enqueued' then 0
+                       when 'receiver_rejected' then 7 when 'heartbeat_lost' then 7 when 'side_effect_started' then 4
+                       when 'fenced' then 3 when 'operator_cancel' then 5 when 'operator_approve_retry' then 6
+                       else 0 end as class,
+           e.at <= :at::timestamptz as by_then
     from page p
     join job_events e on e.job_id = p.id
     where (:limit::integer <= 10000 and :state::text is null and :owner::text is null
            and :health::text is null) is true
     union all
-    select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.details
+    select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.owner_to, e.fencing_token,
+           e.actor, e.reason, e.details,
+           -- what kind of event it is for the rebuild, decided once (the common kinds first)
+           case e.kind when 'state_changed' then 2 when 'claimed' then 1 when 'tool_request_started' then 4
+                       when 'reclaimed' then 1 when 'result_rejected' then 7 when 'enqueued' then 0
+                       when 'receiver_rejected' then 7 when 'heartbeat_lost' then 7 when 'side_effect_started' then 4
+                       when 'fenced' then 3 when 'operator_cancel' then 5 when 'operator_approve_retry' then 6
+                       else 0 end as class,
+           e.at <= :at::timestamptz as by_then
     from job_events e
     where (:limit::integer <= 10000 and :state::text is null and :owner::text is null
            and :health::text is null) is not true
 ),
--- per call, the ids of the events that matter at T; their values are read after. The instant is
--- the parameter itself, not the clock CTE: a constant keeps the aggregate parallel-safe and cheap.
+-- per call, what the events that matter at T say, read in the one pass over them (no probe back
+-- into job_events per call: 100,000 probes by primary key cost more than the aggregate itself).
+-- Each of those events is the max (or min) of an array whose first element is its id, zero-padded
+-- so that the arrays compare as the ids do (collate "C": byte order, whatever the database's
+-- collation); the rest are its values as text, read back below. `at::text` is read back by the
+-- same session in the same statement: the round trip is exact. How a call finished is read from
+-- its last terminal change (one per call, not every change: the details are read for those only).
+-- The instant is the parameter itself, not the clock CTE: a constant keeps the aggregate
+-- parallel-safe and cheap.
 marks as (
     select e.job_id,
-           max(e.id) filter (where e.kind in ('claimed', 'reclaimed', 'state_changed', 'fenced')
-                                   and e.at <= :at::timestamptz) as change_id,
-           min(e.id) filter (where e.kind in ('claimed', 'reclaimed', 'state_changed', 'fenced')
-                                   and e.at > :at::timestamptz) as next_id,
-           max(e.at) filter (where e.kind in ('claimed', 'reclaimed') and e.at <= :at::timestamptz) as claimed_at,
-           max(e.lease_until) filter (where e.kind in ('claimed', 'reclaimed') and e.at <= :at::timestamptz)
-               as granted_until,
-           max(e.id) filter (where e.kind = 'state_changed' and e.at <= :at::timestamptz
-                                   and (e.state_to = 'cancel_requested'
-                                        or (e.state_from = 'queued' and e.state_to = 'cancelled'))) as cancel_id,
-           max(e.id) filter (where e.kind = 'operator_cancel' and e.at <= :at::timestamptz
-                                   and e.details ->> 'outcome' = 'applied') as operator_cancel_id,
-           max(e.id) filter (where e.kind = 'operator_approve_retry' and e.at <= :at::timestamptz
-                                   and e.details ->> 'outcome' = 'applied') as approval_id,
-           max(e.id) filter (where e.kind in ('tool_request_started', 'side_effect_started')
-                                   and e.state_to is not null and e.at <= :at::timestamptz) as request_id,
+           max(array[(e.id + 1000000000000000000)::text, e.state_to, e.owner_to, e.fencing_token::text,
+                     e.details ->> 'attempt'] collate "C")
+               filter (where e.class between 1 and 3 and e.by_then) as change,
+           -- the last terminal change, its time and reason already as JSON (one per call)
+           max(array[(e.id + 1000000000000000000)::text, leasectl_json_time(e.at),
+                     leasectl_json_text(e.details ->> 'terminal_reason'),
+                     e.details ->> 'completed_despite_cancel'] collate "C")
+               filter (where e.class between 1 and 3 and e.by_then and e.state_to in ('succeeded', 'failed', 'cancelled'))
+               as finish,
+           -- the lease as renewed until the first change after T: live at T exactly when after T
+           min(array[(e.id + 1000000000000000000)::text, e.details ->> 'previous_lease_until'] collate "C")
+               filter (where e.class between 1 and 3 and not e.by_then) as next_change,
+           max(e.at) filter (where e.class = 1 and e.by_then) as claimed_at,
+           max(e.lease_until) filter (where e.class = 1 and e.by_then) as granted_until,
+           max(array[(e.id + 1000000000000000000)::text, e.actor, e.at::text] collate "C")
+               filter (where e.class = 2 and e.by_then
+                             and (e.state_to = 'cancel_requested'
+                                  or (e.state_from = 'queued' and e.state_to = 'cancelled'))) as cancel,
+           max(array[(e.id + 1000000000000000000)::text, e.reason] collate "C")
+               filter (where e.class = 5 and e.by_then and e.details ->> 'outcome' = 'applied')
+               as operator_cancel,
+           max(array[(e.id + 1000000000000000000)::text, e.actor, e.at::text, e.reason] collate "C")
+               filter (where e.class = 6 and e.by_then
+                             and e.details ->> 'outcome' = 'applied') as approval,
+           -- the external request id is the one the row held: start_side_effect.sql sets it (the
+           -- trigger journals it on the stage's request event, whose state_to is set) and nothing
+           -- clears it; a request a worker only reported (record_event.sql, state_to null) never
+           -- reached the row, so it is not the call's external request id then either
+           max(array[(e.id + 1000000000000000000)::text, leasectl_json_time(e.at),
+                     leasectl_json_text(e.details ->> 'external_request_id')] collate "C")
+               filter (where e.class = 4 and e.state_to is not null and e.by_then) as request,
            max((e.details ->> 'attempt')::integer)
-               filter (where e.state_from = 'outcome_unknown' and e.state_to = 'queued'
-                             and e.at <= :at::timestamptz)
+               filter (where e.class = 2 and e.by_then and e.state_from = 'outcome_unknown' and e.state_to = 'queued')
                as approved_attempt,
-           coalesce(bool_or(e.kind in ('heartbeat_lost', 'result_rejected', 'receiver_rejected')
-                            and e.at > :at::timestamptz - interval '5 minutes'
-                            and e.at <= :at::timestamptz), false)
+           coalesce(bool_or(true) filter (where e.class = 7 and e.by_then
+                                           and e.at > :at::timestamptz - interval '5 minutes'), false)
                as recent
     from events e
     group by e.job_id
 ),
--- the values of those events: the last change joined as the planner likes (a probe per call for a
--- page, a merge over the primary key for every call); the rare ones by a primary-key probe each
--- (limit 1 keeps each a probe, never a join over the whole history): most calls have no next
--- change, cancel, approval or request to look up. The external request id is the one the row held:
--- start_side_effect.sql sets it (the trigger journals it on the stage's request event, whose
--- state_to is set) and nothing clears it; a request a worker only reported (record_event.sql,
--- state_to null) never reached the row, so it is not the call's external request id then either
 rebuilt as (
-    select p.id, p.tool, t.side_effect, coalesce(c.state_to, 'queued') as state, c.owner_to as owner_id,
-           coalesce(c.fencing_token, 0) as fencing_token,
-           coalesce((c.details ->> 'attempt')::integer, 0) as attempt,
+    select p.id, p.tool, t.side_effect, coalesce(m.change[2], 'queued') as state, m.change[3] as owner_id,
+           coalesce(m.change[4]::bigint, 0) as fencing_token,
+           coalesce(m.change[5]::integer, 0) as attempt,
            t.max_attempts + greatest(0, coalesce(m.approved_attempt + 1 - t.max_attempts, 0)) as max_attempts,
            p.idempotency_key, p.payload_hash, p.payload_size, p.agent_id, p.session_id, p.model, p.provider,
            p.created_at, m.claimed_at,
-           case when c.state_to in ('running', 'cancel_requested') then
-                case when m.next_id is not null then n.previous_lease::timestamptz
+           case when m.change[2] in ('running', 'cancel_requested') then
+                case when m.next_change is not null then m.next_change[2]::timestamptz
                      when m.granted_until > k.t then m.granted_until end
            end as lease_until,
-           case when c.state_to in ('succeeded', 'failed', 'cancelled') then c.at end as finished_at,
+           case when m.finish[1] = m.change[1] then m.finish[2] else 'null' end as finished_json,
            p.deadline_at,
-           x.at as cancel_requested_at, x.actor as cancel_requested_by, oc.reason as cancel_requested_reason,
-           case when m.request_id > coalesce(m.approval_id, 0) then r.at end as side_effect_started_at,
-           r.external_request_id,
-           a.actor as retry_approved_by, a.at as retry_approved_at, a.reason as retry_approved_reason,
-           case when c.state_to in ('succeeded', 'failed', 'cancelled') then c.details ->> 'terminal_reason' end
-               as terminal_reason,
-           coalesce((c.details ->> 'completed_despite_cancel')::boolean, false) as completed_despite_cancel,
-           t.lease_seconds, t.heartbeat_seconds, t.jitter_seconds, t.stage_timeout_seconds,
-           m.recent, u.late_before, u.unheard_before, u.stage_before, k.t
+           m.cancel[3]::timestamptz as cancel_requested_at, m.cancel[2] as cancel_requested_by,
+           m.operator_cancel[2] as cancel_requested_reason,
+           case when m.request[1] > coalesce(m.approval[1], '') collate "C" then m.request[2] else 'null' end
+               as side_effect_started_json,
+           coalesce(m.request[3], 'null') as external_request_json,
+           m.approval[2] as retry_approved_by, m.approval[3]::timestamptz as retry_approved_at,
+           m.approval[4] as retry_approved_reason,
+           case when m.finish[1] = m.change[1] then m.finish[3] else 'null' end as terminal_reason_json,
+           case when m.finish[1] = m.change[1] and m.finish[4]::boolean then 'true' else 'false' end
+               as completed_despite_cancel_json,
+           t.tool_json, t.sizing_json, m.recent, t.late_before, t.unheard_before, t.stage_before, k.t, k.t_json
     from page p
     cross join clock k
-    join tools t on t.name = p.tool
-    join cutoffs u on u.tool = p.tool
+    join tool_facts t on t.name = p.tool
     left join marks m on m.job_id = p.id
-    left join job_events c on c.id = m.change_id
-    left join lateral (select n.details ->> 'previous_lease_until' as previous_lease
-                       from job_events n where n.id = m.next_id limit 1) n on true
-    left join lateral (select x.actor, x.at from job_events x where x.id = m.cancel_id limit 1) x on true
-    left join lateral (select oc.reason from job_events oc where oc.id = m.operator_cancel_id limit 1) oc on true
-    left join lateral (select a.actor, a.at, a.reason from job_events a where a.id = m.approval_id limit 1) a on true
-    left join lateral (select r.at, r.details ->> 'external_request_id' as external_request_id
-                       from job_events r where r.id = m.request_id limit 1) r on true
 ),
 labelled as (
     select b.*,
-           -- a finished call has no lease health: the function (plpgsql, ~15 us a row) is not asked
+           -- a finished call has no lease health: the function is not asked
            case when b.state not in ('succeeded', 'failed', 'cancelled') then
                 leasectl_job_health(b.state, b.lease_until, null, b.cancel_requested_at, b.claimed_at,
                                     b.late_before, b.unheard_before, b.stage_before,
                                     coalesce(b.recent, false), b.t)
            end as health
     from rebuilt b
+),
+chosen as (
+    select l.*
+    from labelled l
+    where (:state::text is null or l.state = :state::text)
+      and (:owner::text is null or l.owner_id = :owner::text)
+      and (:health::text is null or l.health is not distinct from :health::text)
+    order by l.created_at desc, l.id desc
+    limit :limit::integer
 )
-select l.id, l.tool, l.side_effect, l.state, l.owner_id, l.lease_until, l.fencing_token,
-       null::timestamptz as heartbeat_at, l.attempt, l.max_attempts, l.idempotency_key, l.payload_hash,
-       l.payload_size, l.agent_id, l.session_id, l.model, l.provider, l.created_at, l.claimed_at,
-       l.finished_at, l.deadline_at, l.cancel_requested_at, l.cancel_requested_by, l.cancel_requested_reason,
-       l.side_effect_started_at, l.external_request_id, l.retry_approved_by, l.retry_approved_at,
-       l.retry_approved_reason, l.terminal_reason, l.completed_despite_cancel, l.lease_seconds,
-       l.heartbeat_seconds, l.jitter_seconds, l.stage_timeout_seconds, l.health,
-       l.t as db_now, l.t as as_of,
-       null::float8 as heartbeat_age_seconds,
-       case when l.state in ('running', 'cancel_requested')
-            then extract(epoch from l.lease_until - l.t)::float8 end as lease_left_seconds,
-       extract(epoch from l.deadline_at - l.t)::float8 as deadline_left_seconds
-from labelled l
-where (:state::text is null or l.state = :state::text)
-  and (:owner::text is null or l.owner_id = :owner::text)
-  and (:health::text is null or l.health is not distinct from :health::text)
-order by l.created_at desc, l.id desc
-limit :limit::integer
+-- One call per row, as `leasectl jobs --json` prints it (json.dumps(indent=2), one element of the
+-- list): the keys of JobSummary in its order, then as_of; times in UTC as pydantic writes them
+-- (microseconds unless zero, `Z`: leasectl_json_time); floats as Python's repr writes them
+-- (leasectl_json_float). The CLI streams these lines as they are, the console validates them
+-- into JobAsOf: one rebuild, two readers. Strings are PostgreSQL's JSON (control characters
+-- escaped as Python escapes them); a line with non-ASCII characters is escaped by the reader.
+-- tests/db/test_audit.py holds these lines to the model's own JSON, byte for byte. concat, not
+-- format: format copies its template a character at a time (0.1 s over 100,000 calls).
+select concat(
+    E'  {\n    "id": "', c.id,
+    E'",\n    "tool": ', c.tool_json,
+    E',\n    "side_effect": "', c.side_effect,
+    E'",\n    "state": "', c.state,
+    E'",\n    "owner_id": ', leasectl_json_text(c.owner_id),
+    E',\n    "fencing_token": ', c.fencing_token,
+    E',\n    "attempt": ', c.attempt,
+    E',\n    "max_attempts": ', coalesce(c.max_attempts::text, 'null'),
+    E',\n    "idempotency_key": ', leasectl_json_text(c.idempotency_key),
+    E',\n    "agent_id": ', leasectl_json_text(c.agent_id),
+    E',\n    "session_id": ', leasectl_json_text(c.session_id),
+    E',\n    "model": ', leasectl_json_text(c.model),
+    E',\n    "provider": ', leasectl_json_text(c.provider),
+    E',\n    "created_at": ', leasectl_json_time(c.created_at),
+    E',\n    "claimed_at": ', leasectl_json_time(c.claimed_at),
+    E',\n    "heartbeat_at": null,\n    "lease_until": ', leasectl_json_time(c.lease_until),
+    E',\n    "deadline_at": ', leasectl_json_time(c.deadline_at),
+    E',\n    "finished_at": ', c.finished_json,
+    E',\n    "cancel_requested_at": ', leasectl_json_time(c.cancel_requested_at),
+    E',\n    "cancel_requested_by": ', leasectl_json_text(c.cancel_requested_by),
+    E',\n    "cancel_requested_reason": ', leasectl_json_text(c.cancel_requested_reason),
+    E',\n    "side_effect_started_at": ', c.side_effect_started_json,
+    E',\n    "external_request_id": ', c.external_request_json,
+    E',\n    "retry_approved_by": ', leasectl_json_text(c.retry_approved_by),
+    E',\n    "retry_approved_at": ', leasectl_json_time(c.retry_approved_at),
+    E',\n    "retry_approved_reason": ', leasectl_json_text(c.retry_approved_reason),
+    E',\n    "terminal_reason": ', c.terminal_reason_json,
+    E',\n    "completed_despite_cancel": ', c.completed_despite_cancel_json,
+    E',\n    "payload_hash": ', leasectl_json_text(c.payload_hash),
+    E',\n    "payload_size": ', coalesce(c.payload_size::text, 'null'),
+    E',\n    ', c.sizing_json,
+    E',\n    "health": ', leasectl_json_text(c.health),
+    E',\n    "db_now": ', c.t_json,
+    E',\n    "heartbeat_age_seconds": null,\n    "lease_left_seconds": ',
+    leasectl_json_float(case when c.state in ('running', 'cancel_requested')
+                             then extract(epoch from c.lease_until - c.t)::float8 end),
+    E',\n    "deadline_left_seconds": ', leasectl_json_float(extract(epoch from c.deadline_at - c.t)::float8),
+    E',\n    "as_of": ', c.t_json,
+    E'\n  }') as line
+from chosen c
+order by c.created_at desc, c.id desc

@@ -21,12 +21,14 @@ mark-terminal, one a lock-timeout failure: 15,000 operator rows by 40 operators.
                        1,000,000 events (aim: the same); reference: a plain select of the same rows
                        through the same server-side cursor, nothing written
   verify               the whole history (aim <= 30 s); reference: reading the same rows plainly
-  jobs --at            every call rebuilt at one instant (aim <= 2 s): at the end of the history
-                       (all calls) and in its middle, the newest 10,000 (an index scan per call),
-                       a page of 200; references: `jobs` of every call now, and the machine's
-                       ceiling: the same rows read back from a table and validated as the same
-                       models (alternated with the rebuild, the ratio is the figure); the CLI
-                       (`jobs --at --json` at its most, 10,000 calls) in a subprocess
+  jobs --at            every call rebuilt at one instant as `leasectl jobs --at T --json` writes it
+                       (aim <= 2 s): the CLI in a subprocess writing to a file, at the end of the
+                       history, its peak RSS beside that of the newest 10,000 (streamed: the same);
+                       the rebuild streamed in process, at the end and in the middle; reference, the
+                       machine's ceiling: the same JSON read back from a table and written the same
+                       way (alternated with the rebuild, the ratio is the figure). As models: the
+                       newest 10,000 (an index scan per call; Triage's at:) beside `jobs` now of as
+                       many, and a page of 200 (the Calls screen's at:)
   write path           100,000 claim/state events inserted with and without the indexes of
                        migrations 0007 and 0008, alternated (the protocol benchmark is the end-to-end check:
                        python -m tests.bench.protocol, before and after)
@@ -47,10 +49,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from psycopg.rows import tuple_row
+
 from console.db import audit as audit_db
 from console.db import reads, sql
-from console.db.connect import connect, rows_as, run, run_one
-from console.shared.audit import AUDIT_LIMITS, JobAsOf, parse_audit_filter
+from console.db.connect import connect, run, run_one
+from console.shared.audit import AUDIT_LIMITS, parse_audit_filter
 from console.shared.config import SessionLimits
 from console.shared.errors import StatementTimedOut
 from console.shared.times import Instant
@@ -61,7 +65,6 @@ BENCH_TOOL = dict(name="bench_audit", side_effect="read_only", lease_seconds=60,
                   description="audit benchmark")
 EVENTS_PER_CALL = 10
 CALL_BY_CALL = 10_000  # at most this many calls are rebuilt with an index scan each (audit/jobs_at.sql)
-CLI_LIMIT = 10_000  # `jobs --limit`'s most
 UNLIMITED = SessionLimits(statement_timeout_ms=0, lock_timeout_ms=0, idle_in_transaction_ms=0)
 
 
@@ -144,24 +147,41 @@ print(json.dumps({{"events": n, "seconds": time.perf_counter() - t0, "maxrss_mb"
 """
 
 
-def probe(code: str, *args: str) -> dict[str, Any]:
+def probe(code: str, *args: str, stdout: Path | None = None) -> dict[str, Any]:
     """Run `code` in a fresh interpreter; its figures are the last line it writes on stderr (stdout,
-    which may be a command's output, goes to a temporary file)."""
-    with tempfile.TemporaryFile() as out:
+    which may be a command's output, goes to `stdout` or a temporary file)."""
+    with stdout.open("w") if stdout is not None else tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", code, *args], stdout=out, stderr=subprocess.PIPE, text=True,
                               check=True)
-    return json.loads(done.stderr.strip().splitlines()[-1])
+        wall = time.perf_counter() - t0
+    # `seconds`: the command itself, once Python has started and imported leasectl; `wall`: all of it
+    return {**json.loads(done.stderr.strip().splitlines()[-1]), "wall": wall}
 
 
-def keep_past(conn: Any, rows: list[JobAsOf]) -> None:
-    """Store the rebuilt calls in a temporary table, as they are (the ceiling's input)."""
+def keep_past(conn: Any, at: Any, written: Path) -> None:
+    """Store the calls rebuilt at `at` as written (the file of `jobs --at --json`), one JSON object a
+    row, in a temporary table: the ceiling's input."""
     run(conn, "audit/bench_past_keep")
-    described = conn.execute(sql.load("audit/bench_past_rows").text).description or []
-    columns = [d.name for d in described]
+    calls = json.loads(written.read_text())
     with conn.cursor().copy(sql.load("audit/bench_past_copy").text) as copy:
-        for row in rows:
-            values = row.model_dump()
-            copy.write_row([values[c] for c in columns])
+        for n, call in enumerate(calls):
+            copy.write_row([n, json.dumps([call], indent=2)[2:-2]])
+
+
+def past_lines(conn: Any, out: Any) -> None:
+    """The ceiling: the kept lines streamed back and written as write_jobs_at writes them."""
+    query = sql.load("audit/bench_past_rows")
+    first = True
+    with conn.cursor(row_factory=tuple_row) as cur:
+        pending: list[str] = []
+        for (line,) in cur.stream(query.text, {}, size=2_000):
+            pending.append(line)
+            if len(pending) == 2_000:
+                out.write(("[\n" if first else ",\n") + ",\n".join(pending))
+                first = False
+                pending.clear()
+        out.write(("[\n" if first else ",\n") + ",\n".join(pending) + "\n]\n")
 
 
 def alternate(ours: Callable[[], Any], ceiling: Callable[[], Any], rounds: int) -> float:
@@ -176,8 +196,9 @@ def alternate(ours: Callable[[], Any], ceiling: Callable[[], Any], rounds: int) 
     return statistics.median(ratios)
 
 
-def cli_jobs_at(dsn: str, at: Any) -> dict[str, Any]:
-    result = probe(CLI_PROBE, "jobs", "--at", at.isoformat(), "--json", "--limit", str(CLI_LIMIT), "--dsn", dsn)
+def cli_jobs_at(dsn: str, at: Any, limit: int, target: Path) -> dict[str, Any]:
+    result = probe(CLI_PROBE, "jobs", "--at", at.isoformat(), "--json", "--limit", str(limit), "--dsn", dsn,
+                   stdout=target)
     assert result["code"] == 0, result
     return result
 
@@ -293,48 +314,61 @@ def main(argv: list[str] | None = None) -> int:
               f"reference, plain select of the same rows: {plain['events'] / plain['seconds']:,.0f} rows/s, "
               f"peak RSS {plain['maxrss_mb']:.0f} MB   aim >= 100,000/s: {verdict(rate >= 100_000)}")
         print(f"export memory                      {little['events']:,} events: peak RSS {little['maxrss_mb']:.0f} MB "
-              f"({little['events'] / little['seconds']:,.0f} events/s, process start included) | "
+              f"({little['events'] / little['seconds']:,.0f} events/s, the command once Python has started) | "
               f"{big['events']:,} events: {big['maxrss_mb']:.0f} MB | reference, plain select of "
               f"{plain_small['events']:,}: {plain_small['maxrss_mb']:.0f} MB   aim, the same: "
               f"{verdict(big['maxrss_mb'] <= little['maxrss_mb'] * 1.1 + 2)}")
 
         # ------------------------------------------------------------------ jobs --at
         # with the limits the CLI runs under: a statement over its timeout is reported, not a crash
-        with connect(dsn, limits=AUDIT_LIMITS) as conn:
+        with tempfile.TemporaryDirectory(prefix="leasectl-audit-bench-") as tmp:
+            target = Path(tmp) / "past.json"
             end = total["last_at"] + timedelta(seconds=1)
             middle = total["first_at"] + (total["last_at"] - total["first_at"]) / 2
+            with connect(dsn, limits=AUDIT_LIMITS) as conn:
 
-            def measured(fn: Callable[[], Any], runs: int) -> str:
-                try:
-                    values = timed(fn, runs, warm=1)
-                except StatementTimedOut:
-                    return f"over the CLI's statement timeout ({AUDIT_LIMITS.statement_timeout_ms / 1000:.0f} s)"
-                return f"median {statistics.median(values) / 1000:.2f} s"
+                def measured(fn: Callable[[], Any], runs: int) -> str:
+                    try:
+                        values = timed(fn, runs, warm=1)
+                    except StatementTimedOut:
+                        return f"over the CLI's statement timeout ({AUDIT_LIMITS.statement_timeout_ms / 1000:.0f} s)"
+                    return f"median {statistics.median(values) / 1000:.2f} s"
 
-            bare = dict(at=end, tool=None, agent=None, key_prefix=None, id_low=None, id_high=None, model=None,
-                        provider=None, side_effect=None, state=None, owner=None, health=None, before_created=None,
-                        before_id=None, limit=args.calls)
-            at_end = measured(lambda: audit_db.jobs_at(conn, end, limit=args.calls), 3)
-            rows_only = measured(lambda: run(conn, "audit/jobs_at", **bare), 3)
-            by_call = measured(lambda: audit_db.jobs_at(conn, end, limit=CALL_BY_CALL), 3)
-            at_middle = measured(lambda: audit_db.jobs_at(conn, middle, limit=args.calls), 3)
-            page = measured(lambda: audit_db.jobs_at(conn, middle, limit=200), 20)
-            now_all = measured(lambda: reads.jobs(conn, limit=args.calls), 3)
-            keep_past(conn, audit_db.jobs_at(conn, end, limit=args.calls))
-            ceiling = measured(lambda: rows_as(JobAsOf, run(conn, "audit/bench_past_rows")), 3)
-            alternated = alternate(lambda: audit_db.jobs_at(conn, end, limit=args.calls),
-                                   lambda: rows_as(JobAsOf, run(conn, "audit/bench_past_rows")), rounds=3)
-        cli = cli_jobs_at(dsn, end)
-        print(f"jobs --at (every call)             at the end ({args.calls:,} calls): {at_end} (the statement and "
-              f"its rows alone: {rows_only}) | in the middle: {at_middle} | one page of 200: {page} | the newest "
-              f"{CALL_BY_CALL:,} (an index scan per call): {by_call} | reference, `jobs` of every call now: "
-              f"{now_all}   aim <= 2 s at the end")
-        print(f"jobs --at, the machine's ceiling   the same {args.calls:,} rows read back from a table and validated "
-              f"as the same models, no rebuild: {ceiling}; alternated 3 rounds, rebuild / ceiling = "
-              f"{alternated:.2f} (what the rebuild adds to delivering the rows)")
-        print(f"jobs --at, the CLI                 `leasectl jobs --at T --json --limit {CLI_LIMIT:,}` (its most) "
-              f"in a subprocess, output to a file: {cli['seconds']:.2f} s, peak RSS {cli['maxrss_mb']:.0f} MB "
-              "(process start included)")
+                def rebuild_to_file(at: Any) -> None:
+                    with target.open("w") as out:
+                        audit_db.write_jobs_at(conn, out, at, limit=args.calls)
+
+                def ceiling_to_file() -> None:
+                    with target.open("w") as out:
+                        past_lines(conn, out)
+
+                at_end = measured(lambda: rebuild_to_file(end), 3)
+                size_mb = target.stat().st_size / 1e6
+                at_middle = measured(lambda: rebuild_to_file(middle), 3)
+                keep_past(conn, end, target)
+                ceiling = measured(ceiling_to_file, 3)
+                alternated = alternate(lambda: rebuild_to_file(end), ceiling_to_file, rounds=3)
+                by_call = measured(lambda: audit_db.jobs_at(conn, middle, limit=CALL_BY_CALL), 3)
+                now_models = measured(lambda: reads.jobs(conn, limit=CALL_BY_CALL), 3)
+                page = measured(lambda: audit_db.jobs_at(conn, middle, limit=200), 20)
+            clis = [cli_jobs_at(dsn, end, args.calls, target) for _ in range(3)]
+            cli = sorted(clis, key=lambda r: r["wall"])[1]
+            cli_small = cli_jobs_at(dsn, end, min(CALL_BY_CALL, args.calls), target)
+            start = probe(CLI_PROBE, "--version")
+        print(f"jobs --at --json (every call)      `leasectl jobs --at T --json --limit {args.calls:,}` in a subprocess "
+              f"to a file, at the end of the history ({args.calls:,} calls, {size_mb:.0f} MB of JSON): median of 3 "
+              f"{cli['wall']:.2f} s, all of it ({cli['seconds']:.2f} s once Python has started and imported leasectl; "
+              f"`leasectl --version`: {start['wall']:.2f} s); peak RSS {cli['maxrss_mb']:.0f} MB "
+              f"({min(CALL_BY_CALL, args.calls):,} calls: {cli_small['maxrss_mb']:.0f} MB)   aim <= 2 s: "
+              f"{verdict(cli['wall'] <= 2)}")
+        print(f"jobs --at, the rebuild streamed    in process, to a file: at the end {at_end} | in the middle of the "
+              f"history {at_middle}")
+        print(f"jobs --at, the machine's ceiling   the same {args.calls:,} calls' JSON read back from a table and "
+              f"written the same way, no rebuild: {ceiling}; alternated 3 rounds, rebuild / ceiling = "
+              f"{alternated:.2f} (what the rebuild adds to delivering the output)")
+        print(f"jobs --at, as models               the newest {CALL_BY_CALL:,} in the middle (the Triage screen's at:, "
+              f"the table; an index scan per call): {by_call} | reference, `jobs` now of the newest "
+              f"{CALL_BY_CALL:,}: {now_models} | one page of 200 (the Calls screen's at:): {page}")
         server.drop_database(dsn)
 
         # ------------------------------------------------------------------ the write path

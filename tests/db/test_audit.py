@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import uuid
 from datetime import datetime, timedelta
 
 import psycopg
@@ -24,9 +25,9 @@ from typer.testing import CliRunner
 
 from console.db import actions, reads
 from console.db import audit as audit_db
-from console.db.connect import run
+from console.db.connect import lines_as, run
 from console.operator.cli import app
-from console.shared.audit import EXPORT_COLUMNS, AuditFilter, parse_audit_filter
+from console.shared.audit import EXPORT_COLUMNS, AuditFilter, JobAsOf, parse_audit_filter
 from console.shared.errors import BadInput, RowLocked
 from console.shared.files import atomic_write
 from console.shared.filters import JobFilter
@@ -776,8 +777,118 @@ def test_jobs_at_reads_the_same_past_from_the_whole_history_as_call_by_call(cli,
         unbounded = run(c, "audit/jobs_at", at=instants[-1], tool=None, agent=None, key_prefix=None, id_low=None,
                         id_high=None, model=None, provider=None, side_effect=None, state=None, owner=None,
                         health=None, before_created=None, before_id=None, limit=None)
-        assert [r["id"] for r in unbounded] == [r.id for r in whole]
-        assert [r["state"] for r in unbounded] == [r.state for r in whole], "a null limit reads the history too"
+        unbounded_calls = lines_as(JobAsOf, [r["line"] for r in unbounded])
+        assert [r.id for r in unbounded_calls] == [r.id for r in whole]
+        assert [r.state for r in unbounded_calls] == [r.state for r in whole], "a null limit reads the history too"
+
+
+def _awkward_calls(conn) -> datetime:
+    """Calls whose JSON is easy to get wrong: hostile and non-ASCII text in every kind of string
+    column, a whole-second time, fractional and tiny lease sizes, a deadline, a live lease, a cancel,
+    an approved retry, a forced terminal with a multi-line reason. Returns an instant after them."""
+    register_tool(conn, "odd", "read_only", lease_seconds=90.5, heartbeat_seconds=0.125, missed_heartbeats=2,
+                  jitter_seconds=0.00001, max_attempts=2, stage_timeout_seconds=1e-05)
+    hostile = 'q"uo\\te\n\x1b[31mred\x7f \u202eevil\u202c é 🙂'
+    enqueue(conn, "odd", key=f"k-{hostile}", agent_id=f"agent {hostile}", session_id="s\t1", model="m-é",
+            provider="p\x01", deadline_at=datetime.now().astimezone() + timedelta(hours=3))
+    job = claim(conn, f"w-{hostile}", ["odd"])
+    start_side_effect(conn, job, f"w-{hostile}", request_id=f"req {hostile}")
+    e2 = enqueue(conn, "search", payload={"big": "x" * 5000})
+    running = claim(conn, "w-2", ["search"])
+    cancel(conn, e2["id"], "running", running["fencing_token"], operator=f"ana {hostile}", reason=f"why\n{hostile}")
+    e3 = enqueue(conn, "pay")
+    paid = claim(conn, "w-3", ["pay"])
+    start_side_effect(conn, paid, "w-3")
+    report_unknown(conn, paid, "w-3")
+    approve(conn, e3["id"], "outcome_unknown", paid["fencing_token"], operator="bo", reason="bank said no")
+    e4 = enqueue(conn, "quick")
+    claim(conn, "w-4", ["quick"])
+    mark_terminal(conn, e4["id"], "running", 1, "failed", force=True, operator="cy", reason="line 1\nline 2\t\\")
+    with conn.transaction():  # a whole second: pydantic writes no fraction then
+        run(conn, "demo/exact_mode", on=True)
+        conn.execute("update tool_jobs set created_at = date_trunc('second', created_at) where id = %s", (e4["id"],))
+        run(conn, "demo/exact_mode", on=False)
+    tick(0.05)
+    return conn.execute("select now() as n").fetchone()["n"]
+
+
+def test_jobs_at_json_is_what_the_models_print_byte_for_byte(cli, db):
+    """The server writes each call of `jobs --at --json` itself (no model per row); what it writes
+    must be what the models print: the lines validated into JobAsOf and dumped by pydantic give the
+    very same bytes, hostile text, whole seconds, tiny floats and every state included."""
+    invoke, conn = cli
+    _history(conn)
+    moment = _awkward_calls(conn)
+    with db.connect() as c:
+        calls = audit_db.jobs_at(c, moment, limit=100)
+        middle = audit_db.jobs_at(c, min(r.created_at for r in calls) + timedelta(microseconds=1), limit=100)
+    assert {r.state for r in calls} >= {"succeeded", "running", "cancel_requested", "queued", "failed"}
+    assert any(r.created_at.microsecond == 0 for r in calls) and any(r.deadline_left_seconds for r in calls)
+    for instant, rows in ((moment, calls), (min(r.created_at for r in calls) + timedelta(microseconds=1), middle)):
+        printed = invoke("jobs", "--at", iso(instant), "--json", "--limit", "100")
+        assert printed.exit_code == 0, printed.output
+        assert printed.stdout == json.dumps([r.model_dump(mode="json") for r in rows], ensure_ascii=True,
+                                            indent=2) + "\n"
+        assert printed.stdout.isascii() and "\x1b" not in printed.stdout and "\u202e" not in printed.stdout
+    both_ways = invoke("jobs", "--at", iso(moment), "--json", "--limit", "100", "--state", "running")
+    assert [r["id"] for r in json.loads(both_ways.stdout)] == [str(r.id) for r in calls if r.state == "running"]
+    assert invoke("jobs", "--at", "2001-01-01T00:00:00Z", "--json").stdout == "[]\n", "as print_json writes []"
+
+
+def test_jobs_at_json_times_are_utc_whatever_the_session_zone(cli, db):
+    invoke, conn = cli
+    _history(conn)
+    tick(0.05)
+    at = iso(conn.execute("select now() as n").fetchone()["n"])
+    zoned = make_conninfo(db.dsn, options="-c TimeZone=Asia/Kolkata")
+    past = js(invoke("jobs", "--at", at, "--json", dsn=zoned))
+    now_rows = {r["id"]: r for r in js(invoke("jobs", "--json", dsn=zoned))}
+    assert all(r["created_at"].endswith("Z") for r in past)
+    assert any(r["created_at"].endswith("+05:30") for r in now_rows.values()), "the zone is really not UTC"
+    for r in past:
+        assert datetime.fromisoformat(r["created_at"]) == datetime.fromisoformat(now_rows[r["id"]]["created_at"])
+        if r["finished_at"]:
+            assert datetime.fromisoformat(r["finished_at"]) == datetime.fromisoformat(
+                now_rows[r["id"]]["finished_at"])
+
+
+def test_jobs_at_json_streams_in_batches_and_only_it_goes_past_the_table_limit(cli, db):
+    invoke, conn = cli
+    for _ in range(7):
+        enqueue(conn, "search")
+    tick(0.05)
+    at = conn.execute("select now() as n").fetchone()["n"]
+    writes: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+    with db.connect() as c:
+        seen: list[int] = []
+        written = audit_db.write_jobs_at(c, Sink(), at, limit=100, batch=3, on_progress=seen.append)
+        whole = audit_db.jobs_at(c, at, limit=100)
+    assert written == 7 and len(writes) == 4 and seen == [3, 6, 7], "three batches and the closing bracket"
+    assert "".join(writes) == json.dumps([r.model_dump(mode="json") for r in whole], indent=2) + "\n"
+    many = invoke("jobs", "--at", iso(at), "--json", "--limit", "500000")
+    assert many.exit_code == 0 and len(json.loads(many.stdout)) == 7
+    for args in (("jobs", "--limit", "10001"), ("jobs", "--at", iso(at), "--limit", "10001"),
+                 ("jobs", "--json", "--limit", "10001")):
+        refused = invoke(*args)
+        assert refused.exit_code == 2 and "at most 10,000" in refused.output and "[" not in refused.stdout
+    assert invoke("jobs", "--at", iso(at), "--json", "--limit", "1000001").exit_code == 2
+
+
+def test_a_closed_pipe_ends_jobs_at_json_with_a_message(cli, db):
+    invoke, conn = cli
+    for _ in range(40):
+        enqueue(conn, "search", key=f"k-{'x' * 900}-{uuid.uuid4().hex}")
+    proc = subprocess.run(f"{sys.executable} -m console jobs --at 0s --json --limit 100 --dsn '{db.dsn}' "
+                          "| head -c 100 > /dev/null; exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 1, proc.stderr
+    assert "closed the pipe" in proc.stderr and "incomplete" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # ----------------------------------------------------------------------------- the auditor

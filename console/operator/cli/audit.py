@@ -324,11 +324,40 @@ def verify_command(
 # ----------------------------------------------------------------------------- jobs --at
 
 
-def jobs_as_of(conn: Conn, at: str, where: JobFilter, limit: int) -> list[JobSummary]:
+def jobs_as_of(dsn: str | None, at: str, where: JobFilter, limit: int, *, as_json: bool) -> list[JobSummary] | None:
     """`leasectl jobs --at TIME`: every call as it was then, from the history only (same keys as
-    `jobs --json`, plus as_of). The past is said plainly, on stderr (stdout stays the rows)."""
-    instant = parse_past(at, now=audit_db.now(conn), what="--at")
-    rows = audit_db.jobs_at(conn, instant.at, where, limit)
+    `jobs --json`, plus as_of), with the auditor's session. With --json the calls are written here
+    as the server builds them, streamed (None is returned); else they come back as models for the
+    table. The past is said plainly, on stderr (stdout stays the rows)."""
+    with connect_for_audit(dsn) as conn:
+        instant = parse_past(at, now=audit_db.now(conn), what="--at")
+        if as_json:
+            _write_past(conn, instant, where, limit)
+            rows = None
+        else:
+            rows = list[JobSummary](audit_db.jobs_at(conn, instant.at, where, limit))
     err.print(f"[bold]as it was at {words.instant_words(instant.at, instant.zone)}[/] — rebuilt from the history "
               "(heartbeats are not journaled: no heartbeat ages; the lease as the next event found it)")
-    return list[JobSummary](rows)
+    return rows
+
+
+def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> None:
+    """The calls at `instant` to standard output as they stream; an interrupted or cut stream says
+    so and exits 1 (the list on stdout is then incomplete: its closing bracket is missing)."""
+    done = [0]
+
+    def progress(count: int) -> None:
+        done[0] = count
+
+    try:
+        with _Signals() as signals:
+            audit_db.write_jobs_at(conn, stdout_writer(), instant.at, where, limit, on_progress=progress)
+            signals.finished = True
+    except KeyboardInterrupt:
+        err.print(f"[bold red]interrupted[/] after {done[0]:,} calls: the list above is incomplete")
+        raise typer.Exit(1) from None
+    except BrokenPipeError:
+        _silence_stdout()
+        err.print(f"[bold red]stopped[/]: the reader closed the pipe ({done[0]:,} calls had been written in full "
+                  "before it); the list is incomplete")
+        raise typer.Exit(1) from None

@@ -43,6 +43,10 @@ WhereOption = Annotated[str | None, typer.Option("--where", help="Every call thi
                                                  show_default=False)]
 
 
+TABLE_LIMIT = 10_000  # calls a list holds in memory (models, a table)
+STREAMED_LIMIT = 1_000_000  # calls `jobs --at --json` writes as the server builds them
+
+
 @app.command()
 @friendly
 def jobs(
@@ -53,7 +57,9 @@ def jobs(
     agent: Annotated[str | None, typer.Option(help="Agent id")] = None,
     key: Annotated[str | None, typer.Option(help="Idempotency key prefix")] = None,
     health: Annotated[str | None, typer.Option(help="Lease health label, e.g. heartbeat_late")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many calls, newest first")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=STREAMED_LIMIT, help="At most this many calls, newest first "
+                                       f"(up to {TABLE_LIMIT:,}; with --at and --json, which stream, up to "
+                                       f"{STREAMED_LIMIT:,})")] = 50,
     at: Annotated[str | None, typer.Option("--at", show_default=False, help="Every call as it was at this "
                                            "instant (ISO 8601, or an age: 2h), rebuilt from the history; "
                                            "--state, --owner and --health then mean then")] = None,
@@ -65,12 +71,17 @@ def jobs(
         where = JobFilter(state=state, tool=tool, owner=owner, agent=agent, key_prefix=key, health=health)
     except ValidationError as exc:
         raise BadInput(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
-    with connect_for_reading(dsn) as conn:
-        if at is not None:
-            from console.operator.cli.audit import jobs_as_of  # the auditor's past (issue 13)
+    if limit > TABLE_LIMIT and not (at is not None and as_json):
+        raise BadInput(f"--limit {limit:,}: at most {TABLE_LIMIT:,} (only `--at ... --json` streams its rows, "
+                       f"up to {STREAMED_LIMIT:,})")
+    if at is not None:
+        from console.operator.cli.audit import jobs_as_of  # the auditor's past (issue 13)
 
-            rows = jobs_as_of(conn, at, where, limit)
-        else:
+        rows = jobs_as_of(dsn, at, where, limit, as_json=as_json)
+        if rows is None:  # written as they were read
+            return
+    else:
+        with connect_for_reading(dsn) as conn:
             rows = reads.jobs(conn, where, limit=limit)
     if as_json:
         print_json([r.model_dump(mode="json") for r in rows])
