@@ -2,7 +2,7 @@
 -- build their output on the server (queries/audit/jobs_at.sql: every call as it was at an instant,
 -- which `leasectl jobs --at --json` streams as the server wrote it, 100,000 calls and more).
 --
--- Both are plain SQL expressions, stable and not strict: the planner inlines them into the
+-- All three are plain SQL expressions, stable and not strict: the planner inlines them into the
 -- statement (no function call per value). Each gives JSON text, `null` for a null.
 
 -- A time as pydantic writes a UTC datetime: ISO 8601, microseconds unless they are zero, `Z`.
@@ -20,9 +20,11 @@ language sql stable parallel safe as $$
     select coalesce(to_json(p_value)::text, 'null')
 $$;
 
--- A float as Python's repr writes it: the same shortest digits PostgreSQL writes (both print the
--- shortest text that reads back as the same double), but a whole number keeps `.0` (PostgreSQL
--- writes 60, Python 60.0) and does not turn to an exponent below 1e16 (PostgreSQL writes 1e+15).
+-- A float as Python's repr writes it, for the values leasectl writes (seconds: lease sizing, time
+-- left, below 1e15 in magnitude, never -0): the same shortest digits PostgreSQL writes (both print
+-- the shortest text that reads back as the same double), but a whole number keeps `.0`
+-- (PostgreSQL writes 60, Python 60.0) and does not turn to an exponent below 1e16 (PostgreSQL
+-- writes 1e+15). Not repr beyond that: a fraction at 1e15 or more gets PostgreSQL's exponent.
 create function leasectl_json_float(p_value float8) returns text
 language sql stable parallel safe as $$
     select case when p_value is null then 'null'

@@ -49,12 +49,14 @@ page as materialized (
       and (:before_created::timestamptz is null
            or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
     order by j.created_at desc, j.id desc
+    -- a filter on what is rebuilt (state, owner, health as they were) needs every call rebuilt
+    -- first: no limit here then (the statement timeout bounds it, never a silent cut)
     limit case when :state::text is null and :owner::text is null and :health::text is null
-               then :limit::integer else 100000 end
+               then :limit::integer end
 ),
 -- the events of the page's calls. For a page (the screens ask for 200), an index scan per call.
--- For more than 10,000 calls (every call, or a filter on what is rebuilt, which reads up to
--- 100,000), one scan of the whole history instead: it can run in parallel, and it costs less
+-- For more than 10,000 calls (every call, or a filter on what is rebuilt), one scan of the whole
+-- history instead: it can run in parallel, and it costs less
 -- than that many index scans (tests/bench/audit.py measures both); events of calls not on the
 -- page fall out at the join in `rebuilt`. With the parameters' values planned in
 -- (plan_cache_mode = force_custom_plan) the branch not taken is never executed; the gates are
@@ -89,13 +91,15 @@ events as (
 ),
 -- per call, what the events that matter at T say, read in the one pass over them (no probe back
 -- into job_events per call: 100,000 probes by primary key cost more than the aggregate itself).
--- Each of those events is the max (or min) of an array whose first element is its id, zero-padded
--- so that the arrays compare as the ids do (collate "C": byte order, whatever the database's
--- collation); the rest are its values as text, read back below. `at::text` is read back by the
--- same session in the same statement: the round trip is exact. How a call finished is read from
--- its last terminal change (one per call, not every change: the details are read for those only).
--- The instant is the parameter itself, not the clock CTE: a constant keeps the aggregate
--- parallel-safe and cheap.
+-- Each of those events is the max (or min) of an array whose first element is its id as 19
+-- digits (id + 1e18: ids are positive, and an identity column reaches 8.2e18, where this would
+-- fail loudly, only after 8.2e18 events), so that the arrays compare as the ids do (collate "C":
+-- byte order, whatever the database's collation); the rest are its values as text, or already as
+-- the JSON the line needs. `at::text` is read back by the same session in the same statement
+-- (leasectl's sessions use DateStyle ISO): the round trip is exact. How a call finished is read
+-- from its last terminal change (one per call: the details are read for those only). The instant
+-- is the parameter itself, not the clock CTE: a constant keeps the aggregate parallel-safe and
+-- cheap.
 marks as (
     select e.job_id,
            max(array[(e.id + 1000000000000000000)::text, e.state_to, e.owner_to, e.fencing_token::text,

@@ -804,6 +804,7 @@ def _awkward_calls(conn) -> datetime:
     e4 = enqueue(conn, "quick")
     claim(conn, "w-4", ["quick"])
     mark_terminal(conn, e4["id"], "running", 1, "failed", force=True, operator="cy", reason="line 1\nline 2\t\\")
+    enqueue(conn, "quick", key="k-del\x7fx", agent_id="a\x7f")  # all ASCII, and print_json escapes DEL
     with conn.transaction():  # a whole second: pydantic writes no fraction then
         run(conn, "demo/exact_mode", on=True)
         conn.execute("update tool_jobs set created_at = date_trunc('second', created_at) where id = %s", (e4["id"],))
@@ -830,26 +831,56 @@ def test_jobs_at_json_is_what_the_models_print_byte_for_byte(cli, db):
         assert printed.stdout == json.dumps([r.model_dump(mode="json") for r in rows], ensure_ascii=True,
                                             indent=2) + "\n"
         assert printed.stdout.isascii() and "\x1b" not in printed.stdout and "\u202e" not in printed.stdout
+    with db.connect() as c:  # at the end of the history the rebuild says what the rows say, value for value
+        end = audit_db.jobs_at(c, audit_db.now(c), limit=100)
+        rows = {r.id: r for r in reads.jobs(c, limit=100)}
+    same = set(JobAsOf.model_fields) - {"heartbeat_at", "heartbeat_age_seconds", "lease_until", "lease_left_seconds",
+                                        "deadline_left_seconds", "health", "db_now", "as_of"}
+    for r in end:
+        assert {f: getattr(r, f) for f in same} == {f: getattr(rows[r.id], f) for f in same}, r.id
     both_ways = invoke("jobs", "--at", iso(moment), "--json", "--limit", "100", "--state", "running")
     assert [r["id"] for r in json.loads(both_ways.stdout)] == [str(r.id) for r in calls if r.state == "running"]
     assert invoke("jobs", "--at", "2001-01-01T00:00:00Z", "--json").stdout == "[]\n", "as print_json writes []"
 
 
-def test_jobs_at_json_times_are_utc_whatever_the_session_zone(cli, db):
+def test_jobs_at_json_times_are_utc_whatever_the_session_zone_and_date_style(cli, db):
+    """Every time of `jobs --at --json` is UTC (`Z`), in a session in another zone too, and names the
+    same instant `jobs --json` names there in that zone's offset; a server whose DateStyle is not
+    ISO (psycopg reads no other) works as well."""
     invoke, conn = cli
     _history(conn)
-    tick(0.05)
-    at = iso(conn.execute("select now() as n").fetchone()["n"])
-    zoned = make_conninfo(db.dsn, options="-c TimeZone=Asia/Kolkata")
-    past = js(invoke("jobs", "--at", at, "--json", dsn=zoned))
-    now_rows = {r["id"]: r for r in js(invoke("jobs", "--json", dsn=zoned))}
-    assert all(r["created_at"].endswith("Z") for r in past)
-    assert any(r["created_at"].endswith("+05:30") for r in now_rows.values()), "the zone is really not UTC"
-    for r in past:
-        assert datetime.fromisoformat(r["created_at"]) == datetime.fromisoformat(now_rows[r["id"]]["created_at"])
-        if r["finished_at"]:
-            assert datetime.fromisoformat(r["finished_at"]) == datetime.fromisoformat(
-                now_rows[r["id"]]["finished_at"])
+    at = iso(_awkward_calls(conn))
+    times = ("created_at", "claimed_at", "finished_at", "cancel_requested_at", "side_effect_started_at",
+             "retry_approved_at", "deadline_at")
+    utc = js(invoke("jobs", "--at", at, "--json", "--limit", "100"))
+    for options in ("-c TimeZone=Asia/Kolkata", "-c DateStyle=SQL,DMY -c TimeZone=America/St_Johns",
+                    "-c DateStyle=German"):
+        other = make_conninfo(db.dsn, options=options)
+        past = js(invoke("jobs", "--at", at, "--json", "--limit", "100", dsn=other))
+        now_rows = {r["id"]: r for r in js(invoke("jobs", "--json", "--limit", "100", dsn=other))}
+        assert past == utc, options
+        checked = 0
+        for r in past:
+            for field in times:
+                value = r[field]
+                if value is None:
+                    continue
+                assert value.endswith("Z"), (field, value)
+                assert datetime.fromisoformat(value) == datetime.fromisoformat(now_rows[r["id"]][field]), field
+                checked += 1
+        assert checked > 10 and any(r["cancel_requested_at"] for r in past) and any(r["retry_approved_at"]
+                                                                                     for r in past)
+        if "Kolkata" in options:
+            assert any(v.endswith("+05:30") for v in (now_rows[i]["created_at"] for i in now_rows))
+
+
+def test_jobs_at_json_to_a_full_disk_is_a_message_not_a_traceback(cli, db):
+    invoke, conn = cli
+    _history(conn)
+    proc = subprocess.run(f"{sys.executable} -m console jobs --at 0s --json --dsn '{db.dsn}' > /dev/full",
+                          shell=True, executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_jobs_at_json_streams_in_batches_and_only_it_goes_past_the_table_limit(cli, db):

@@ -361,3 +361,9 @@ def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> N
         err.print(f"[bold red]stopped[/]: the reader closed the pipe ({done[0]:,} calls had been written in full "
                   "before it); the list is incomplete")
         raise typer.Exit(1) from None
+    except (LeasectlError, OSError) as exc:  # the database went away, a full disk: said, then as always
+        if done[0]:
+            err.print(f"[bold red]stopped[/] after {done[0]:,} calls: the list above is incomplete")
+        if isinstance(exc, OSError):
+            raise LeasectlError(f"writing the calls failed: {exc.strerror or exc}") from None
+        raise
