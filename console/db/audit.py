@@ -14,6 +14,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from itertools import islice
+from operator import itemgetter
 from typing import Any, Protocol
 
 import psycopg
@@ -308,28 +310,24 @@ def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | No
     # rows in chunks need libpq 17 (psycopg checks); an older libpq streams one row at a time
     chunk = batch if psycopg.pq.version() >= 170000 else 1
     written = 0
-    pending: list[str] = []
     try:
         with conn.transaction():
             run(conn, "meta/statement_timeout_local", statement_timeout="0")
             with conn.cursor(row_factory=tuple_row) as cur:
-                for (line,) in cur.stream(query.text, values, size=chunk):
+                lines = map(itemgetter(0), cur.stream(query.text, values, size=chunk))
+                while pending := list(islice(lines, batch)):
+                    text = ",\n".join(pending)
                     # DEL is ASCII, but print_json (ensure_ascii) escapes it, and so must this
-                    pending.append(line if line.isascii() and "\x7f" not in line else _ascii_call(line))
-                    if len(pending) == batch:
-                        out.write(("[\n" if not written else ",\n") + ",\n".join(pending))
-                        written += len(pending)
-                        pending.clear()
-                        if on_progress:
-                            on_progress(written)
+                    if not text.isascii() or "\x7f" in text:
+                        text = ",\n".join(line if line.isascii() and "\x7f" not in line else _ascii_call(line)
+                                          for line in pending)
+                    out.write(("[\n" if not written else ",\n") + text)
+                    written += len(pending)
+                    if on_progress:
+                        on_progress(written)
     except psycopg.Error as exc:
         raise translate_error(exc, query.path) from exc
-    if pending:
-        out.write(("[\n" if not written else ",\n") + ",\n".join(pending))
-        written += len(pending)
     out.write("\n]\n" if written else "[]\n")
-    if on_progress:
-        on_progress(written)
     return written
 
 

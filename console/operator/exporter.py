@@ -41,14 +41,15 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from console.db import metrics
 from console.db.connect import Conn, connect, run, translate_error
 from console.db.migrate import check_compatible
+from console.shared.config import METRICS_CACHE_SECONDS, METRICS_LISTEN
 from console.shared.errors import BadInput, LeasectlError, PermissionDenied, ReadOnlySession
 from console.shared.metrics import Scrape, TotalRow
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.exporter")
 
-DEFAULT_LISTEN = "127.0.0.1:9464"
-CACHE_SECONDS = 3.0
+DEFAULT_LISTEN = METRICS_LISTEN
+CACHE_SECONDS = METRICS_CACHE_SECONDS
 FOLD_EVERY_SECONDS = 30.0
 FOLD_LAG_SECONDS = 60.0
 STATES = ("queued", "running", "cancel_requested", "outcome_unknown")

@@ -13,6 +13,9 @@ APPLICATION_NAME = "leasectl"
 # short enough that a pasted log (a 120 KB one was tried) never lands in the journal.
 MAX_REASON_CHARS = 1_000
 MAX_OPERATOR_CHARS = 100
+# `leasectl metrics serve`: where, and how long a scrape's answer is reused (console.operator.exporter)
+METRICS_LISTEN = "127.0.0.1:9464"
+METRICS_CACHE_SECONDS = 3.0
 
 
 def resolve_dsn(explicit: str | None = None) -> str:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import queue
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
@@ -118,3 +120,43 @@ class DescriptorWriter:
 
     def flush(self) -> None:
         """Nothing is buffered here."""
+
+
+class BackgroundWriter:
+    """Text written on a thread of its own, so that the next batch is read from the database while
+    the last one is written (135 MB into the page cache, or a pipe at its reader's pace, cost the
+    `jobs --at --json` stream of 100,000 calls 0.15 s on the reading thread). At most `depth` batches
+    wait. An error the writing met (a closed pipe, a full disk) is raised as it was at the next
+    write or at close; after one, nothing more is written."""
+
+    _DONE = object()
+
+    def __init__(self, sink: Any, depth: int = 2) -> None:
+        self._sink = sink
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="leasectl-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not self._DONE:
+            if self._error is None:
+                try:
+                    self._sink.write(item)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+                    self._error = exc
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def write(self, text: str) -> int:
+        self._raise()
+        self._queue.put(text)
+        return len(text)
+
+    def close(self) -> None:
+        """Wait until everything is written; raise what the writing met."""
+        self._queue.put(self._DONE)
+        self._thread.join()
+        self._raise()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from console.shared.errors import BadInput
-from console.shared.files import atomic_write, writable_target
+from console.shared.files import BackgroundWriter, atomic_write, writable_target
 
 
 def test_a_new_file_a_relative_name_and_a_home_path_are_fine(tmp_path, monkeypatch):
@@ -58,3 +60,44 @@ def test_atomic_write_never_replaces_a_device():
     with pytest.raises(BadInput, match="not a regular file"), atomic_write(Path("/dev/null")) as f:
         f.write("x")
     assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
+
+
+def test_the_background_writer_keeps_the_order_and_close_waits_for_the_last_byte():
+    written: list[str] = []
+    release = threading.Event()
+
+    class Slow:
+        def write(self, text: str) -> int:
+            release.wait(5)
+            written.append(text)
+            return len(text)
+
+    writer = BackgroundWriter(Slow(), depth=2)
+    for n in range(3):
+        writer.write(f"batch {n};")
+    assert written == [], "the writing happens on its own thread"
+    release.set()
+    writer.close()
+    assert written == ["batch 0;", "batch 1;", "batch 2;"]
+
+
+def test_the_background_writer_raises_what_the_writing_met_and_writes_nothing_after():
+    attempts: list[str] = []
+
+    class ClosedAfterOne:
+        def write(self, text: str) -> int:
+            attempts.append(text)
+            if len(attempts) > 1:
+                raise BrokenPipeError(32, "Broken pipe")
+            return len(text)
+
+    writer = BackgroundWriter(ClosedAfterOne(), depth=1)
+    writer.write("first")
+    writer.write("second")  # meets the closed pipe on the writer's thread
+    with pytest.raises(BrokenPipeError):
+        for _ in range(100):  # raised at a later write at the latest once the writer got to it
+            writer.write("more")
+            time.sleep(0.01)
+    with pytest.raises(BrokenPipeError):
+        writer.close()
+    assert attempts == ["first", "second"], "nothing is written after the error"

@@ -35,7 +35,7 @@ from console.operator.cli.common import (
 from console.operator.present import audit as words
 from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
 from console.shared.errors import BadInput, LeasectlError
-from console.shared.files import atomic_write, stdout_writer, writable_target
+from console.shared.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
 from console.shared.filters import JobFilter
 from console.shared.models import JobSummary
 from console.shared.text import sanitize
@@ -351,19 +351,21 @@ def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> N
 
     try:
         with _Signals() as signals:
-            audit_db.write_jobs_at(conn, stdout_writer(), instant.at, where, limit, on_progress=progress)
+            writer = BackgroundWriter(stdout_writer())
+            audit_db.write_jobs_at(conn, writer, instant.at, where, limit, on_progress=progress)
+            writer.close()
             signals.finished = True
     except KeyboardInterrupt:
-        err.print(f"[bold red]interrupted[/] after {done[0]:,} calls: the list above is incomplete")
+        err.print(f"[bold red]interrupted[/] after at most {done[0]:,} calls: the list above is incomplete")
         raise typer.Exit(1) from None
     except BrokenPipeError:
         _silence_stdout()
-        err.print(f"[bold red]stopped[/]: the reader closed the pipe ({done[0]:,} calls had been written in full "
+        err.print(f"[bold red]stopped[/]: the reader closed the pipe (at most {done[0]:,} calls had been written "
                   "before it); the list is incomplete")
         raise typer.Exit(1) from None
     except (LeasectlError, OSError) as exc:  # the database went away, a full disk: said, then as always
         if done[0]:
-            err.print(f"[bold red]stopped[/] after {done[0]:,} calls: the list above is incomplete")
+            err.print(f"[bold red]stopped[/] after at most {done[0]:,} calls: the list above is incomplete")
         if isinstance(exc, OSError):
             raise LeasectlError(f"writing the calls failed: {exc.strerror or exc}") from None
         raise
