@@ -12,7 +12,7 @@ import sys
 import threading
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -211,6 +211,13 @@ def _progress(to_file: bool) -> Progress | None:
                     TimeElapsedColumn(), console=err, transient=True)
 
 
+def _reader_left(what: str, how_far: str) -> NoReturn:
+    """The reader of stdout went away (`| head`): say so on stderr, exit 1; never a traceback."""
+    _silence_stdout()
+    err.print(f"[bold red]{what}[/]: the reader closed the pipe ({how_far}); the output is incomplete")
+    raise typer.Exit(1) from None
+
+
 def _silence_stdout() -> None:
     """The reader went away: later flushes of stdout (at exit) must not raise again."""
     try:
@@ -276,11 +283,8 @@ def export_command(
             err.print(f"[bold red]interrupted[/] after {done[0]:,} events: {where}")
             raise typer.Exit(1) from None
         except BrokenPipeError:
-            _silence_stdout()
             # counted per batch: the reader may have had part of the next one too
-            err.print(f"[bold red]export stopped[/]: the reader closed the pipe ({done[0]:,} events had been "
-                      "written in full before it); the output is incomplete")
-            raise typer.Exit(1) from None
+            _reader_left("export stopped", f"{done[0]:,} events had been written in full before it")
         except OSError as exc:  # a full disk, a file system that refuses the name: nothing is left behind
             where = (f"nothing was written to {sanitize(str(path), max_chars=200)} (no partial file)"
                      if path is not None else "the output is incomplete")
@@ -359,10 +363,7 @@ def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> N
         err.print(f"[bold red]interrupted[/] after at most {done[0]:,} calls: the list above is incomplete")
         raise typer.Exit(1) from None
     except BrokenPipeError:
-        _silence_stdout()
-        err.print(f"[bold red]stopped[/]: the reader closed the pipe (at most {done[0]:,} calls had been written "
-                  "before it); the list is incomplete")
-        raise typer.Exit(1) from None
+        _reader_left("stopped", f"at most {done[0]:,} calls had been written before it")
     except (LeasectlError, OSError) as exc:  # the database went away, a full disk: said, then as always
         if done[0]:
             err.print(f"[bold red]stopped[/] after at most {done[0]:,} calls: the list above is incomplete")
