@@ -12,11 +12,12 @@ import csv
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from datetime import datetime
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -299,12 +300,12 @@ def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | No
                   on_progress: Callable[[int], None] | None = None, batch: int = BATCH) -> int:
     """`leasectl jobs --at TIME --json`: the calls as they were at `at`, written to `out` as the JSON
     list `jobs --json` prints for them, byte for byte in a UTC session, as the server wrote each call
-    (no model per row: a rebuild of every call is 100,000 and more). Streamed: the client holds one
-    batch of lines at a time, whatever the limit. The statement timeout is lifted for that one
-    statement: how long it runs is the reader's as much as the server's (a pipe into gzip), and a
-    server-side cursor, which would bound each fetch instead, is never planned in parallel (the
-    rebuild of every call took 1.2x as long). Returns how many calls were written;
-    `on_progress(done)` after each batch (it may raise to stop)."""
+    (no model per row: a rebuild of every call is 100,000 and more). Streamed: the client holds a
+    batch of lines at a time (and the sink what it queues), whatever the limit. The statement
+    timeout is lifted for that one statement: how long it runs is the reader's as much as the
+    server's (a pipe into gzip), and a server-side cursor, which would bound each fetch instead,
+    is never planned in parallel (the rebuild of every call took 1.2x as long). Returns how many
+    calls were handed to `out`; `on_progress(count)` after each batch (it may raise to stop)."""
     query = sql.load("audit/jobs_at")
     values = query.bind(_jobs_at_values(at, where, limit, None))
     # rows in chunks need libpq 17 (psycopg checks); an older libpq streams one row at a time
@@ -313,8 +314,13 @@ def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | No
     try:
         with conn.transaction():
             run(conn, "meta/statement_timeout_local", statement_timeout="0")
-            with conn.cursor(row_factory=tuple_row) as cur:
-                lines = map(itemgetter(0), cur.stream(query.text, values, size=chunk))
+            with conn.cursor(row_factory=tuple_row) as cur, \
+                    closing(cast(Generator[tuple[Any, ...], None, None],
+                                 cur.stream(query.text, values, size=chunk))) as rows:
+                # closed on the way out whatever leaves the loop: a suspended stream keeps the
+                # connection's lock, and the transaction's end would wait for it forever (a
+                # closed pipe or Ctrl-C mid-stream hung the command)
+                lines = map(itemgetter(0), rows)
                 while pending := list(islice(lines, batch)):
                     text = ",\n".join(pending)
                     # DEL is ASCII, but print_json (ensure_ascii) escapes it, and so must this

@@ -127,7 +127,8 @@ class BackgroundWriter:
     the last one is written (135 MB into the page cache, or a pipe at its reader's pace, cost the
     `jobs --at --json` stream of 100,000 calls 0.15 s on the reading thread). At most `depth` batches
     wait. An error the writing met (a closed pipe, a full disk) is raised as it was at the next
-    write or at close; after one, nothing more is written."""
+    write or at close; after one, nothing more is written. `mark(n)` after a write records `n` as
+    `done` once everything before it is written in full: what a message may say reached the reader."""
 
     _DONE = object()
 
@@ -135,16 +136,22 @@ class BackgroundWriter:
         self._sink = sink
         self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
+        self._abandoned = False
+        self.done = 0
         self._thread = threading.Thread(target=self._run, name="leasectl-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not self._DONE:
-            if self._error is None:
-                try:
-                    self._sink.write(item)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
-                    self._error = exc
+        while (item := self._queue.get()) is not self._DONE and not self._abandoned:
+            if self._error is not None:
+                continue  # drained, never written: the queue must not fill up behind a failure
+            if isinstance(item, _Mark):
+                self.done = item.count
+                continue
+            try:
+                self._sink.write(item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+                self._error = exc
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -155,8 +162,27 @@ class BackgroundWriter:
         self._queue.put(text)
         return len(text)
 
+    def mark(self, count: int) -> None:
+        self._queue.put(_Mark(count))
+
     def close(self) -> None:
         """Wait until everything is written; raise what the writing met."""
         self._queue.put(self._DONE)
         self._thread.join()
         self._raise()
+
+    def abandon(self) -> None:
+        """Stop: what still waits is dropped, not written (after an interrupt or an error, nothing
+        should follow the message that says the output is incomplete). Does not wait."""
+        self._abandoned = True
+        try:
+            self._queue.put_nowait(self._DONE)  # wakes a thread waiting for the next batch
+        except queue.Full:
+            pass  # then it is busy writing, and stops once that write returns
+
+
+class _Mark:
+    __slots__ = ("count",)
+
+    def __init__(self, count: int) -> None:
+        self.count = count

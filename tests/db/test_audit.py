@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 import uuid
@@ -920,6 +921,79 @@ def test_a_closed_pipe_ends_jobs_at_json_with_a_message(cli, db):
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 1, proc.stderr
     assert "closed the pipe" in proc.stderr and "incomplete" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _many_calls(conn, n: int) -> None:
+    """n queued calls, fast: one INSERT (the triggers journal each)."""
+    conn.execute("insert into tool_jobs (tool, idempotency_key, payload) "
+                 "select 'search', 'k-many-' || g, '{}'::jsonb from generate_series(1, %s) g", (n,))
+
+
+@pytest.mark.parametrize("fails", ["the sink", "the progress"])
+def test_a_stream_stopped_midway_lets_go_of_the_connection(cli, db, fails):
+    """An error while rows are still streaming (a closed pipe met by the writer, Ctrl-C) must end the
+    statement and the transaction: a suspended stream holds the connection's lock, and leaving the
+    transaction waited for it forever."""
+    invoke, conn = cli
+    _many_calls(conn, 20)
+    tick(0.05)
+    at = conn.execute("select now() as n").fetchone()["n"]
+    writes: list[str] = []
+
+    class ClosedPipe:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            if fails == "the sink" and len(writes) > 1:
+                raise BrokenPipeError(32, "Broken pipe")
+            return len(text)
+
+    def progress(count: int) -> None:
+        if fails == "the progress" and count > 3:
+            raise KeyboardInterrupt
+
+    outcome: list[BaseException] = []
+    c = db.connect()  # not closed on failure: closing a connection whose lock is held would hang too
+
+    def stream() -> None:
+        try:
+            audit_db.write_jobs_at(c, ClosedPipe(), at, limit=100, batch=3, on_progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - what the thread met is the finding
+            outcome.append(exc)
+
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "the stream hung after the error"
+    assert isinstance(outcome[0], BrokenPipeError if fails == "the sink" else KeyboardInterrupt)
+    assert len(writes) == 2
+    assert c.execute("select 1 as one").fetchone()["one"] == 1, "the connection is free again"
+    c.close()
+
+
+def test_jobs_at_json_cut_midway_says_so_and_leaves_nothing_running(cli, db):
+    """More calls than a batch (2,000), so the cut meets a stream still running: `| head -c 10`, a full
+    disk, SIGINT and SIGTERM each end the command with a message and exit 1, in seconds, and no query
+    of it is left on the server."""
+    invoke, conn = cli
+    _many_calls(conn, 6_000)
+    base = f"{sys.executable} -m console jobs --at 0s --json --limit 6000 --dsn '{db.dsn}'"
+    for shell, said in ((f"{base} | head -c 10 > /dev/null; exit ${{PIPESTATUS[0]}}", "closed the pipe"),
+                        (f"{base} > /dev/full", "No space left on device")):
+        done = subprocess.run(shell, shell=True, executable="/bin/bash", cwd=ROOT, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 1 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc = subprocess.Popen([sys.executable, "-m", "console", "jobs", "--at", "0s", "--json", "--limit", "6000",
+                                 "--dsn", db.dsn], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.read(10)  # it is streaming; nobody reads the rest
+        proc.send_signal(sig)
+        _, error = proc.communicate(timeout=60)
+        assert proc.returncode == 1 and b"interrupted" in error and b"Traceback" not in error, error
+    time.sleep(0.5)  # a cancelled backend takes a moment to say so
+    still = conn.execute("select count(*) as n from pg_stat_activity where datname = current_database() "
+                         "and state = 'active' and pid <> pg_backend_pid()").fetchone()["n"]
+    assert still == 0, "a query of the command is still running on the server"
 
 
 # ----------------------------------------------------------------------------- the auditor

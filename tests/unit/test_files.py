@@ -101,3 +101,47 @@ def test_the_background_writer_raises_what_the_writing_met_and_writes_nothing_af
     with pytest.raises(BrokenPipeError):
         writer.close()
     assert attempts == ["first", "second"], "nothing is written after the error"
+
+
+def test_the_background_writer_counts_only_what_was_written_in_full():
+    release = threading.Event()
+    written: list[str] = []
+
+    class Slow:
+        def write(self, text: str) -> int:
+            release.wait(5)
+            written.append(text)
+            return len(text)
+
+    writer = BackgroundWriter(Slow(), depth=4)
+    writer.write("a")
+    writer.mark(1)
+    writer.write("b")
+    writer.mark(2)
+    assert writer.done == 0, "queued is not written"
+    release.set()
+    writer.close()
+    assert (written, writer.done) == (["a", "b"], 2)
+
+
+def test_an_abandoned_background_writer_drops_what_waits():
+    release, started = threading.Event(), threading.Event()
+    written: list[str] = []
+
+    class Slow:
+        def write(self, text: str) -> int:
+            started.set()
+            release.wait(5)
+            written.append(text)
+            return len(text)
+
+    writer = BackgroundWriter(Slow(), depth=3)
+    writer.write("one")
+    assert started.wait(5)
+    for text in ("two", "three"):
+        writer.write(text)
+    writer.abandon()
+    release.set()
+    writer._thread.join(5)
+    assert not writer._thread.is_alive()
+    assert written == ["one"], "only the write already under way finishes"

@@ -347,26 +347,27 @@ def jobs_as_of(dsn: str | None, at: str, where: JobFilter, limit: int, *, as_jso
 
 def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> None:
     """The calls at `instant` to standard output as they stream; an interrupted or cut stream says
-    so and exits 1 (the list on stdout is then incomplete: its closing bracket is missing)."""
-    done = [0]
-
-    def progress(count: int) -> None:
-        done[0] = count
-
+    so and exits 1 (the list on stdout is then incomplete: its closing bracket is missing). The
+    counts said are of calls written in full (BackgroundWriter.done)."""
+    writer = BackgroundWriter(stdout_writer(), depth=4)  # two batches, each with its mark
     try:
         with _Signals() as signals:
-            writer = BackgroundWriter(stdout_writer())
-            audit_db.write_jobs_at(conn, writer, instant.at, where, limit, on_progress=progress)
+            audit_db.write_jobs_at(conn, writer, instant.at, where, limit, on_progress=writer.mark)
             writer.close()
             signals.finished = True
     except KeyboardInterrupt:
-        err.print(f"[bold red]interrupted[/] after at most {done[0]:,} calls: the list above is incomplete")
+        writer.abandon()
+        err.print(f"[bold red]interrupted[/] after {writer.done:,} calls written in full: the list above is "
+                  "incomplete")
         raise typer.Exit(1) from None
     except BrokenPipeError:
-        _reader_left("stopped", f"at most {done[0]:,} calls had been written before it")
+        writer.abandon()
+        _reader_left("stopped", f"{writer.done:,} calls had been written in full before it")
     except (LeasectlError, OSError) as exc:  # the database went away, a full disk: said, then as always
-        if done[0]:
-            err.print(f"[bold red]stopped[/] after at most {done[0]:,} calls: the list above is incomplete")
+        writer.abandon()
+        if writer.done:
+            err.print(f"[bold red]stopped[/] after {writer.done:,} calls written in full: the list above is "
+                      "incomplete")
         if isinstance(exc, OSError):
             raise LeasectlError(f"writing the calls failed: {exc.strerror or exc}") from None
         raise
