@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import queue
+import secrets
 import stat
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,8 +65,7 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
     path = Path(os.path.realpath(path))
     if path.exists() and not path.is_file():
         raise BadInput(f"{sanitize(str(path), max_chars=200)} is not a regular file: nothing was written")
-    directory = path.parent
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
+    fd, temporary = _temporary_beside(path)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline=newline) as handle:
             yield handle
@@ -88,6 +87,24 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
         except FileNotFoundError:
             pass
         raise
+
+
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    """A new file beside `path` (0600), its name known before it exists: a signal that lands just
+    after it was made (SIGTERM from `timeout` at the start of an export) still finds it to remove.
+    tempfile.mkstemp names the file only once it returns, and an interrupt inside it left the file."""
+    while True:
+        temporary = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.partial")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), temporary
+        except FileExistsError:
+            continue
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
+            raise
 
 
 def stdout_writer() -> DescriptorWriter | TextIO:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from console.shared import files as files_module
 from console.shared.errors import BadInput
 from console.shared.files import BackgroundWriter, atomic_write, writable_target
 
@@ -62,23 +63,29 @@ def test_atomic_write_never_replaces_a_device():
     assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
 
 
+class HeldSink:
+    """A sink whose writes wait until the test releases them (the writer thread's write under way)."""
+
+    def __init__(self) -> None:
+        self.release, self.started = threading.Event(), threading.Event()
+        self.written: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.started.set()
+        self.release.wait(5)
+        self.written.append(text)
+        return len(text)
+
+
 def test_the_background_writer_keeps_the_order_and_close_waits_for_the_last_byte():
-    written: list[str] = []
-    release = threading.Event()
-
-    class Slow:
-        def write(self, text: str) -> int:
-            release.wait(5)
-            written.append(text)
-            return len(text)
-
-    writer = BackgroundWriter(Slow(), depth=2)
+    sink = HeldSink()
+    writer = BackgroundWriter(sink, depth=2)
     for n in range(3):
         writer.write(f"batch {n};")
-    assert written == [], "the writing happens on its own thread"
-    release.set()
+    assert sink.written == [], "the writing happens on its own thread"
+    sink.release.set()
     writer.close()
-    assert written == ["batch 0;", "batch 1;", "batch 2;"]
+    assert sink.written == ["batch 0;", "batch 1;", "batch 2;"]
 
 
 def test_the_background_writer_raises_what_the_writing_met_and_writes_nothing_after():
@@ -104,44 +111,42 @@ def test_the_background_writer_raises_what_the_writing_met_and_writes_nothing_af
 
 
 def test_the_background_writer_counts_only_what_was_written_in_full():
-    release = threading.Event()
-    written: list[str] = []
-
-    class Slow:
-        def write(self, text: str) -> int:
-            release.wait(5)
-            written.append(text)
-            return len(text)
-
-    writer = BackgroundWriter(Slow(), depth=4)
+    sink = HeldSink()
+    writer = BackgroundWriter(sink, depth=4)
     writer.write("a")
     writer.mark(1)
     writer.write("b")
     writer.mark(2)
     assert writer.done == 0, "queued is not written"
-    release.set()
+    sink.release.set()
     writer.close()
-    assert (written, writer.done) == (["a", "b"], 2)
+    assert (sink.written, writer.done) == (["a", "b"], 2)
 
 
 def test_an_abandoned_background_writer_drops_what_waits():
-    release, started = threading.Event(), threading.Event()
-    written: list[str] = []
-
-    class Slow:
-        def write(self, text: str) -> int:
-            started.set()
-            release.wait(5)
-            written.append(text)
-            return len(text)
-
-    writer = BackgroundWriter(Slow(), depth=3)
+    sink = HeldSink()
+    writer = BackgroundWriter(sink, depth=3)
     writer.write("one")
-    assert started.wait(5)
+    assert sink.started.wait(5)
     for text in ("two", "three"):
         writer.write(text)
     writer.abandon()
-    release.set()
+    sink.release.set()
     writer._thread.join(5)
     assert not writer._thread.is_alive()
-    assert written == ["one"], "only the write already under way finishes"
+    assert sink.written == ["one"], "only the write already under way finishes"
+
+
+def test_an_interrupt_just_after_the_temporary_file_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """SIGTERM from `timeout` can land the instant the temporary file exists, before the writing
+    starts (tempfile.mkstemp then still had to return its name, and the file stayed)."""
+    real_open = os.open
+
+    def open_then_interrupted(*args, **kwargs):
+        real_open(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files_module.os, "open", open_then_interrupted)
+    with pytest.raises(KeyboardInterrupt), atomic_write(tmp_path / "out.jsonl") as f:
+        f.write("never")
+    assert list(tmp_path.iterdir()) == []
