@@ -82,10 +82,7 @@ def atomic_write(path: Path, *, encoding: str = "utf-8", newline: str | None = N
         os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
+        _remove(temporary)
         raise
 
 
@@ -100,11 +97,15 @@ def _temporary_beside(path: Path) -> tuple[int, str]:
         except FileExistsError:
             continue
         except BaseException:
-            try:
-                os.unlink(temporary)
-            except FileNotFoundError:
-                pass
+            _remove(temporary)
             raise
+
+
+def _remove(temporary: str) -> None:
+    try:
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
 
 
 def stdout_writer() -> DescriptorWriter | TextIO:
