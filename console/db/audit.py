@@ -201,10 +201,17 @@ def spreadsheet_safe(value: str) -> str:
     return "'" + value if value.startswith(_FORMULA_START) else value
 
 
+def _escaped_as_print_json(text: str) -> bool:
+    """The server's JSON as print_json would write it: PostgreSQL escapes the control characters
+    below 0x20 but leaves non-ASCII (C1 controls, bidi overrides) and DEL as they are, which
+    Python's ensure_ascii escapes. One scan in C, for a line or a whole batch of them."""
+    return text.isascii() and "\x7f" not in text
+
+
 def _ascii_line(line: str) -> str:
-    """The server's JSON, with every non-ASCII character escaped (exact, and safe on a terminal:
-    PostgreSQL escapes control characters below 0x20 but not C1 controls or bidi overrides)."""
-    if line.isascii():
+    """The server's JSON, with every non-ASCII character and DEL escaped (exact, and safe on a
+    terminal)."""
+    if _escaped_as_print_json(line):
         return line + "\n"
     return json.dumps(json.loads(line), ensure_ascii=True, separators=(", ", " : ")) + "\n"
 
@@ -323,9 +330,8 @@ def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | No
                 lines = map(itemgetter(0), rows)
                 while pending := list(islice(lines, batch)):
                     text = ",\n".join(pending)
-                    # DEL is ASCII, but print_json (ensure_ascii) escapes it, and so must this
-                    if not text.isascii() or "\x7f" in text:
-                        text = ",\n".join(line if line.isascii() and "\x7f" not in line else _ascii_call(line)
+                    if not _escaped_as_print_json(text):
+                        text = ",\n".join(line if _escaped_as_print_json(line) else _ascii_call(line)
                                           for line in pending)
                     out.write(("[\n" if not written else ",\n") + text)
                     written += len(pending)
@@ -338,6 +344,6 @@ def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | No
 
 
 def _ascii_call(line: str) -> str:
-    """A call the server wrote with non-ASCII characters (or DEL) in it, escaped as print_json
-    escapes them (an element of an indented list: the server's layout, exactly)."""
+    """A call the server wrote with characters print_json escapes (_escaped_as_print_json), escaped
+    the same way (an element of an indented list: the server's layout, exactly)."""
     return json.dumps([json.loads(line)], ensure_ascii=True, indent=2)[2:-2]

@@ -351,6 +351,19 @@ def test_export_jsonl_and_csv_keys_types_and_order(cli, tmp_path):
     assert [r["id"] for r in window] == [r["id"] for r in rows if rows[2]["at"] <= r["at"] <= rows[4]["at"]]
 
 
+def test_export_jsonl_escapes_del_as_print_json_does(cli):
+    """DEL is ASCII, and PostgreSQL's JSON leaves it as it is; print_json (ensure_ascii) escapes it,
+    and so does the export (it went out raw before)."""
+    invoke, conn = cli
+    e = enqueue(conn, "search")
+    conn.execute("insert into job_events (job_id, kind, actor, fencing_token) values (%s, 'note', %s, 0)",
+                 (e["id"], "del\x7fhere"))
+    out = invoke("audit", "export", "--job", str(e["id"]))
+    assert out.exit_code == 0, out.output
+    assert "\x7f" not in out.stdout and "del\\u007fhere" in out.stdout
+    assert [json.loads(line)["actor"] for line in out.stdout.splitlines()][-1] == "del\x7fhere"
+
+
 def test_export_bad_input_writes_nothing(cli, tmp_path):
     invoke, conn = cli
     _history(conn)
