@@ -83,8 +83,10 @@ class Result:
 # ------------------------------------------------------------------ process plumbing
 
 
-def _run_processes(target: Callable, args: tuple, workers: int) -> tuple[float, float]:
-    """Start `workers` processes, let them finish importing, then release them together."""
+def _run_processes(server: BenchServer, target: Callable, args: tuple, workers: int) -> tuple[float, float]:
+    """Start `workers` processes, let them finish importing and connecting, CHECKPOINT, then
+    release them together: every timed run starts from the same point of the checkpoint cycle,
+    whatever ran before it."""
     ctx = mp.get_context("spawn")
     go = ctx.Event()
     ready = ctx.Barrier(workers + 1)
@@ -92,6 +94,7 @@ def _run_processes(target: Callable, args: tuple, workers: int) -> tuple[float, 
     for p in procs:
         p.start()
     ready.wait(timeout=120)
+    server.checkpoint()
     meter = CpuMeter()
     go.set()
     for p in procs:
@@ -133,7 +136,7 @@ def bench_bare(server: BenchServer, workers: int, calls: int, *, fused: bool = F
             run(conn, "bench/bare_schema")
             run(conn, "bench/bare_enqueue", count=calls)
             run(conn, "meta/bench_vacuum")
-        wall, cpu = _run_processes(_bare_worker, (dsn, fused), workers)
+        wall, cpu = _run_processes(server, _bare_worker, (dsn, fused), workers)
         with connect(dsn) as conn:
             done = run_one(conn, "bench/bare_done")
             assert done is not None and done["n"] == calls, f"bare finished {done} of {calls}"
@@ -172,7 +175,7 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_index
             run(conn, "admin/register_tool", **NOOP_TOOL)
             _enqueue_noop(conn, calls, "bench")
             run(conn, "meta/bench_vacuum")
-        wall, cpu = _run_processes(_leasectl_worker, (dsn,), workers)
+        wall, cpu = _run_processes(server, _leasectl_worker, (dsn,), workers)
         with connect(dsn) as conn:
             done = run_one(conn, "bench/leasectl_done")
             assert done is not None and done["n"] == calls, f"leasectl finished {done} of {calls}"
@@ -248,7 +251,7 @@ def bench_pgqueuer(server: BenchServer, workers: int, calls: int, *, driver: str
             await conn.close()
 
         asyncio.run(setup())
-        wall, cpu = _run_processes(_pgqueuer_worker, (dsn, driver, consumers, batch_size), workers)
+        wall, cpu = _run_processes(server, _pgqueuer_worker, (dsn, driver, consumers, batch_size), workers)
         with connect(dsn) as conn:
             left = run_one(conn, "bench/pgqueuer_left")
             assert left is not None and left["n"] == 0, f"pgqueuer left {left} jobs"
@@ -300,7 +303,7 @@ def bench_procrastinate(server: BenchServer, workers: int, calls: int) -> Result
                     await noop.batch_defer_async(*[{} for _ in range(min(1000, calls - start))])
 
         asyncio.run(setup())
-        wall, cpu = _run_processes(_procrastinate_worker, (dsn,), workers)
+        wall, cpu = _run_processes(server, _procrastinate_worker, (dsn,), workers)
         with connect(dsn) as conn:
             done = run_one(conn, "bench/procrastinate_done")
             assert done is not None and done["n"] == calls, f"procrastinate finished {done} of {calls}"
@@ -440,8 +443,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  machine:  {machine_facts()}; {_load()} at start")
         print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
               + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
+        settled = ("a CHECKPOINT right before each timed run (no run pays for an earlier run's WAL)"
+                   if server.checkpoint() else "no CHECKPOINT before the runs (this login may not): "
+                   "a run may fall on a checkpoint set off by an earlier one")
         print(f"  workload: {args.calls} no-op calls per run, each claimed and completed durably; one worker "
-              f"process per worker; a fresh database per run")
+              f"process per worker; a fresh database per run; {settled}")
         print("  bare:     the seed's claim and fenced complete, each its own transaction (2 commits per call);")
         print("  bare-1c:  the same two fused in one statement (1 commit per call, as leasectl fuses them);")
         print("  leasectl: the reference worker (concurrency 1): complete_and_claim.sql (1 commit per call),")
