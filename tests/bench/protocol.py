@@ -2,20 +2,26 @@
 machine's ceiling.
 
     python -m tests.bench.protocol [--dsn DSN] [--calls 4000] [--workers 1,2,4,8] [--repeat 3]
-                                   [--no-peers] [--ceiling-seconds 5] [--before-indexes]
+                                   [--no-peers] [--ceiling-seconds 5] [--before-indexes] [--notify-all]
 
-For each worker count, on the same server, each run on a fresh database:
+For each worker count, on the same server, each run on a fresh database and right after a
+CHECKPOINT (no run pays for the WAL of the one before it):
   C           pgbench: single-row UPDATE commits/s with that many clients (the machine's ceiling)
   bare        the seed's bare shape (seed 000): its table with no triggers, no history, no NOTIFY,
               no row level security, the seed's claim CTE (SKIP LOCKED) and its fenced complete,
-              fused into one statement per call as the reference worker fuses them (one commit per
-              call), a psycopg loop with tuple rows and no heartbeat thread; N processes
+              each its own statement and commit (two commits per call), a psycopg loop with tuple
+              rows and no heartbeat thread; N processes
+  bare-1c     the same two fused into one statement as the reference worker fuses them (one
+              commit per call)
   leasectl    the reference worker (console.worker.Worker, concurrency 1) in N processes: the
               fused complete_and_claim.sql, its heartbeat thread and connection, history by
               trigger, the state machine, the kind guard, RLS-ready statements; no-op tool
   -idx        with --before-indexes: the reference worker on databases without the history
               indexes of migrations 0007 (audit) and 0008 (metrics), alternated with the rest:
               leasectl / -idx is the write path after / before them
+  +notify     with --notify-all: the reference worker on databases that also NOTIFY every change of
+              state, claims and completions included (what the journal sent before 0009), alternated
+              with the rest: leasectl / +notify is what announcing notable changes only saves
   ratio       leasectl / bare: THE figure (same server, same run, alternated --repeat times;
               medians, and the lowest round)
   pgqueuer    psycopg: N processes, one QueueManager each on a psycopg AsyncConnection, drain
@@ -166,12 +172,15 @@ def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object
             session_id=None, deadline_at=None, model=None, provider=None)) for i in range(calls)])
 
 
-def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_indexes: bool = True) -> Result:
+def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_indexes: bool = True,
+                   notify_all: bool = False) -> Result:
     dsn = server.leasectl_database()
     try:
         with connect(dsn) as conn:
             if not audit_indexes:
                 run(conn, "audit/bench_drop_indexes")
+            if notify_all:
+                run(conn, "bench/notify_every_change")
             run(conn, "admin/register_tool", **NOOP_TOOL)
             _enqueue_noop(conn, calls, "bench")
             run(conn, "meta/bench_vacuum")
@@ -181,7 +190,8 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_index
             assert done is not None and done["n"] == calls, f"leasectl finished {done} of {calls}"
             # enqueued + claimed + succeeded: the history is written, not skipped
             assert done["events"] >= 3 * calls, f"history has {done['events']} rows for {calls} calls"
-        return Result("leasectl" if audit_indexes else "leasectl-noidx", workers, calls, wall, cpu)
+        name = "leasectl" + ("" if audit_indexes else "-noidx") + ("-notify" if notify_all else "")
+        return Result(name, workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
 
@@ -406,9 +416,9 @@ def _median_rate(results: list[Result]) -> float:
 
 
 def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
-                before_indexes: bool = False) -> dict[str, list[Result]]:
-    """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes), `repeat`
-    rounds, each round in a rotated order."""
+                before_indexes: bool = False, notify_all: bool = False) -> dict[str, list[Result]]:
+    """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes, and with a
+    NOTIFY for every change), `repeat` rounds, each round in a rotated order."""
     systems: list[tuple[str, Callable[[], Result]]] = [
         ("bare", lambda: bench_bare(server, workers, calls)),
         ("bare-fused", lambda: bench_bare(server, workers, calls, fused=True)),
@@ -416,6 +426,8 @@ def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
     ]
     if before_indexes:
         systems.append(("leasectl-noidx", lambda: bench_leasectl(server, workers, calls, audit_indexes=False)))
+    if notify_all:
+        systems.append(("leasectl-notify", lambda: bench_leasectl(server, workers, calls, notify_all=True)))
     results: dict[str, list[Result]] = {name: [] for name, _ in systems}
     n = len(systems)
     for r in range(repeat):
@@ -436,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-indexes", action="store_true",
                         help="also run the reference worker on databases without the indexes migrations 0007 "
                              "(audit) and 0008 (metrics) add to the history: the write path before and after")
+    parser.add_argument("--notify-all", action="store_true",
+                        help="also run the reference worker on databases that NOTIFY every change of state, claims "
+                             "and completions included (as before migration 0009): what announcing everything costs")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
     with bench_server(args.dsn) as server:
@@ -457,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.before_indexes:
             print("  -idx:     the reference worker on databases without 0007's and 0008's history indexes "
                   "(alternated with the rest); 'vs -idx' = leasectl / that: the write path after / before")
+        if args.notify_all:
+            print("  +notify:  the reference worker on databases that also NOTIFY every change of state (claims and "
+                  "completions too, as before 0009; a trigger of its own), alternated with the rest; 'vs +ntf' = "
+                  "leasectl / that")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
@@ -466,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'ratio':>11}  {'vs 1c':>5}  {'CPU-s/1k':>8}  {'bare':>5}  {'1c':>5}")
         if args.before_indexes:
             header += f"  {'-idx/s':>7}  {'vs -idx':>7}"
+        if args.notify_all:
+            header += f"  {'+notify/s':>9}  {'vs +ntf':>7}"
         if not args.no_peers:
             header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
                        f"{'busy':>4}")
@@ -473,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         print("-" * len(header))
         for w in counts:
             ceiling = bench_ceiling(server, w, args.ceiling_seconds)
-            res = _alternated(server, w, args.calls, args.repeat, before_indexes=args.before_indexes)
+            res = _alternated(server, w, args.calls, args.repeat, before_indexes=args.before_indexes,
+                              notify_all=args.notify_all)
             bare, fused, ours = res["bare"], res["bare-fused"], res["leasectl"]
             ratios = [o.rate / b.rate for o, b in zip(ours, bare, strict=True)]
             cells = [f"{w:>7}", f"{ceiling:>6.0f}", f"{_median_rate(bare):>7.0f}", f"{_median_rate(fused):>9.0f}",
@@ -486,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.before_indexes:
                 before = res["leasectl-noidx"]
                 cells += [f"{_median_rate(before):>7.0f}", f"{_median_rate(ours) / _median_rate(before):>7.2f}"]
+            if args.notify_all:
+                loud = res["leasectl-notify"]
+                cells += [f"{_median_rate(loud):>9.0f}", f"{_median_rate(ours) / _median_rate(loud):>7.2f}"]
             if not args.no_peers:
                 psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
                 apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)
