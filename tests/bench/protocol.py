@@ -1,7 +1,7 @@
 """Benchmark: the lease protocol's throughput, against its own bare shape, its peers and the
 machine's ceiling.
 
-    python -m tests.bench.protocol [--dsn DSN] [--calls 4000] [--workers 1,2,4,8] [--repeat 3]
+    python -m tests.bench.protocol [--dsn DSN] [--calls 6000] [--workers 1,2,4,8] [--repeat 5]
                                    [--no-peers] [--ceiling-seconds 5] [--before-indexes] [--notify-all]
 
 For each worker count, on the same server, each run on a fresh database and right after a
@@ -448,10 +448,10 @@ def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", help="measure on this server (default: a fresh embedded PostgreSQL)")
-    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--calls", type=int, default=6000)
     parser.add_argument("--workers", default="1,2,4,8")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds of bare, bare fused and leasectl per worker count, alternated (default 3)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="rounds of bare, bare fused and leasectl per worker count, alternated (default 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument("--ceiling-seconds", type=float, default=5)
     parser.add_argument("--before-indexes", action="store_true",
