@@ -15,6 +15,7 @@ from console.shared.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimit
 from console.shared.errors import (
     BadInput,
     DatabaseUnavailable,
+    Deadlocked,
     LeasectlError,
     PermissionDenied,
     ProtocolViolation,
@@ -125,6 +126,9 @@ def translate_error(exc: psycopg.Error, where: str) -> LeasectlError:
         return RowLocked("row is locked by another transaction (lock_timeout)",
                          hint="someone holds a lock on this call; try again, or find the "
                               "blocking session in pg_stat_activity")
+    if isinstance(exc, pgerrors.DeadlockDetected) or state == "40P01":
+        return Deadlocked("deadlock with another transaction: the statement was rolled back, nothing changed",
+                          hint="another session locked the same rows in the other order; try again")
     if isinstance(exc, pgerrors.QueryCanceled) or state == "57014":
         return StatementTimedOut(f"statement timeout: {where} ran too long",
                                  hint="the database is slow or overloaded")

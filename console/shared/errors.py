@@ -40,6 +40,11 @@ class RowLocked(LeasectlError):
     """lock_timeout: another transaction holds the row. Distinct from a slow statement."""
 
 
+class Deadlocked(RowLocked):
+    """deadlock_detected: PostgreSQL rolled the statement back to break a cycle of lock waits.
+    Nothing of it happened, so whoever sent it may send it again, as after a lock timeout."""
+
+
 class StatementTimedOut(LeasectlError):
     """statement_timeout: the statement itself ran too long."""
 

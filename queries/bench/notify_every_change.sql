@@ -1,8 +1,10 @@
--- Purpose: benchmark databases only (tests/bench/protocol.py): put back what 0009 took away --
---   a NOTIFY on the leasectl_jobs channel for every change of a call's state, claims and
---   completions included, as the journal sent before 0009 -- to measure what announcing
---   everything would cost beside the reference worker that announces notable changes only.
---   A trigger of its own: the same payload, one row trigger more per update of state.
+-- Purpose: benchmark databases only (tests/bench/protocol.py --notify-all): a NOTIFY on the
+--   leasectl_jobs channel for every change of a call's state, claims and completions included,
+--   with the payload the journal sends, to measure what announcing every change would cost beside
+--   the reference worker that announces notable changes only. Before 0009 the journal announced
+--   these from its own body (and enqueues and owner or token changes too; enqueues are not timed
+--   here); this trigger is one more plpgsql row trigger per update of state, so the figure
+--   includes that call as well.
 -- Zero rows: always.
 -- Parameters: none
 do $$

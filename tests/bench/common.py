@@ -16,9 +16,9 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from console.db.connect import connect, run
+from console.db import sql
+from console.db.connect import connect
 from console.db.migrate import migrate
-from console.shared.errors import PermissionDenied
 
 
 @dataclass
@@ -27,6 +27,7 @@ class BenchServer:
     version: str
     embedded: bool
     settings: dict[str, str]
+    checkpoints: bool = True  # False: measure as the server's own checkpoints fall (--no-checkpoint)
 
     def fresh_database(self, prefix: str) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
@@ -44,10 +45,14 @@ class BenchServer:
         (the checkpointer's writes and the full-page images that follow every checkpoint). False
         where the login may not (it takes a superuser or pg_checkpoint): the runs then share the
         server's checkpoints as they fall, and the benchmark says so."""
+        if not self.checkpoints:
+            return False
+        query = sql.load("meta/bench_checkpoint")
         try:
-            with connect(self.dsn) as conn:
-                run(conn, "meta/bench_checkpoint")
-        except PermissionDenied:
+            # not our connect(): its statement_timeout would cut a long checkpoint short
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(query.text, query.bind())
+        except psycopg.errors.InsufficientPrivilege:
             return False
         return True
 

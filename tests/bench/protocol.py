@@ -3,9 +3,10 @@ machine's ceiling.
 
     python -m tests.bench.protocol [--dsn DSN] [--calls 6000] [--workers 1,2,4,8] [--repeat 5]
                                    [--no-peers] [--ceiling-seconds 5] [--before-indexes] [--notify-all]
+                                   [--no-checkpoint]
 
 For each worker count, on the same server, each run on a fresh database and right after a
-CHECKPOINT (no run pays for the WAL of the one before it):
+CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to measure without):
   C           pgbench: single-row UPDATE commits/s with that many clients (the machine's ceiling)
   bare        the seed's bare shape (seed 000): its table with no triggers, no history, no NOTIFY,
               no row level security, the seed's claim CTE (SKIP LOCKED) and its fenced complete,
@@ -20,8 +21,10 @@ CHECKPOINT (no run pays for the WAL of the one before it):
               indexes of migrations 0007 (audit) and 0008 (metrics), alternated with the rest:
               leasectl / -idx is the write path after / before them
   +notify     with --notify-all: the reference worker on databases that also NOTIFY every change of
-              state, claims and completions included (what the journal sent before 0009), alternated
-              with the rest: leasectl / +notify is what announcing notable changes only saves
+              state, claims and completions included (as the journal did before 0009), from one
+              more plpgsql row trigger and with no listener connected, alternated with the rest:
+              leasectl / +notify is what announcing notable changes only saves (the extra trigger
+              call included, the delivery to listeners not)
   ratio       leasectl / bare: THE figure (same server, same run, alternated --repeat times;
               medians, and the lowest round)
   pgqueuer    psycopg: N processes, one QueueManager each on a psycopg AsyncConnection, drain
@@ -122,15 +125,19 @@ def _bare_worker(dsn: str, fused: bool, index: int, go, ready) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         ready.wait()
         go.wait()
+        shape = "bare-1c" if fused else "bare"
+
         def send(query, params):
             # a deadlock rolls the statement back, nothing of it committed: a worker sends it again
-            # (the seed's SKIP LOCKED claim can wait on a row's newer version; seen once in a few
-            # hundred runs of the fused shape). Said on stderr, so a run shows it.
-            while True:
+            # (seen once in a few hundred runs of the fused shape). Said on stderr, so a run shows
+            # it; a deadlock that keeps coming back is a failure, not noise.
+            for attempt in range(1, 4):
                 try:
                     return conn.execute(query.text, query.bind(params)).fetchone()
                 except psycopg.errors.DeadlockDetected:
-                    print(f"{worker_id}: deadlock detected, statement sent again", file=sys.stderr)
+                    if attempt == 3:
+                        raise
+                    print(f"{shape} process {index}: deadlock detected, statement sent again", file=sys.stderr)
 
         row = send(claim, {"worker_id": worker_id})
         while row is not None and row[0] is not None:
@@ -342,6 +349,7 @@ def bench_ceiling(server: BenchServer, clients: int, seconds: float) -> float:
             run(conn, "meta/bench_ceiling_table")
         with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
             script.write((Path(__file__).parent / "ceiling.pgbench").read_text())
+        server.checkpoint()
         out = subprocess.run([pg_bin("pgbench"), "-n", "-f", script.name, "-c", str(clients),
                               "-j", str(min(clients, 2)), "-T", str(int(seconds)), dsn],
                              check=True, capture_output=True, text=True).stdout
@@ -394,6 +402,7 @@ def bench_heartbeats(server: BenchServer, running: int, connections: int, second
                 run(c, "meta/bench_flush_stats")
 
         threads = [threading.Thread(target=beat, args=(k,)) for k in range(connections)]
+        server.checkpoint()
         t0 = time.perf_counter()
         for t in threads:
             t.start()
@@ -451,40 +460,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=6000)
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--repeat", type=int, default=5,
-                        help="rounds of bare, bare fused and leasectl per worker count, alternated (default 5)")
+                        help="rounds of bare, bare fused and leasectl (and -idx, +notify) per worker count, "
+                             "alternated (default 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument("--ceiling-seconds", type=float, default=5)
     parser.add_argument("--before-indexes", action="store_true",
                         help="also run the reference worker on databases without the indexes migrations 0007 "
                              "(audit) and 0008 (metrics) add to the history: the write path before and after")
+    parser.add_argument("--no-checkpoint", action="store_true",
+                        help="no CHECKPOINT before the timed runs: each run meets the server's checkpoints as they "
+                             "fall (how this benchmark measured before; to compare the two methods)")
     parser.add_argument("--notify-all", action="store_true",
                         help="also run the reference worker on databases that NOTIFY every change of state, claims "
                              "and completions included (as before migration 0009): what announcing everything costs")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
     with bench_server(args.dsn) as server:
+        server.checkpoints = not args.no_checkpoint
         print("leasectl protocol benchmark")
         print(f"  machine:  {machine_facts()}; {_load()} at start")
         print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
               + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
-        settled = ("a CHECKPOINT right before each timed run (no run pays for an earlier run's WAL)"
-                   if server.checkpoint() else "no CHECKPOINT before the runs (this login may not): "
-                   "a run may fall on a checkpoint set off by an earlier one")
+        if args.no_checkpoint:
+            settled = "no CHECKPOINT before the runs (--no-checkpoint): a run may meet a checkpoint an earlier one set off"
+        elif server.checkpoint():
+            settled = "a CHECKPOINT right before each timed run (no run pays for an earlier run's WAL)"
+        else:
+            settled = ("no CHECKPOINT before the runs (this login may not): a run may meet a checkpoint an "
+                       "earlier one set off")
         print(f"  workload: {args.calls} no-op calls per run, each claimed and completed durably; one worker "
               f"process per worker; a fresh database per run; {settled}")
         print("  bare:     the seed's claim and fenced complete, each its own transaction (2 commits per call);")
         print("  bare-1c:  the same two fused in one statement (1 commit per call, as leasectl fuses them);")
         print("  leasectl: the reference worker (concurrency 1): complete_and_claim.sql (1 commit per call),")
         print("            history by trigger, state machine, kind guard, heartbeat thread and connection")
-        print(f"  {args.repeat} rounds per worker count, the three alternated; medians; ratio = leasectl / bare "
+        print(f"  {args.repeat} rounds per worker count, the systems above alternated; medians; ratio = leasectl / bare "
               f"(the figure; lowest round in brackets), and leasectl / bare-1c")
         if args.before_indexes:
             print("  -idx:     the reference worker on databases without 0007's and 0008's history indexes "
                   "(alternated with the rest); 'vs -idx' = leasectl / that: the write path after / before")
         if args.notify_all:
             print("  +notify:  the reference worker on databases that also NOTIFY every change of state (claims and "
-                  "completions too, as before 0009; a trigger of its own), alternated with the rest; 'vs +ntf' = "
-                  "leasectl / that")
+                  "completions too, as before 0009), from one more plpgsql row trigger, no listener connected; "
+                  "alternated with the rest; 'vs +ntf' = leasectl / that")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")

@@ -244,3 +244,48 @@ def test_a_lock_wait_met_by_the_worker_is_journaled_with_its_cause(db):
         journaled = [ev for ev in events(conn, e["id"]) if ev["kind"] == "database_error"]
     assert journaled and journaled[0]["details"]["cause"] == "lock_timeout"
     assert journaled[0]["details"]["statement"] == "worker/complete" and journaled[0]["actor"] == "w1"
+
+
+def test_a_deadlock_on_the_fused_completion_loses_neither_call(db, caplog):
+    """complete_and_claim.sql claims the next call, then waits for the row of the call it
+    completes; another session holding that row and then asking for the claimed one closes a
+    cycle. PostgreSQL rolls the worker's statement back (it waited first, so its deadlock check
+    runs first): the claim is undone with it, the plain completion is sent again once the row is
+    free, and the next call is claimed afresh. Nothing is lost, nothing is claimed twice."""
+    import threading
+
+    caplog.set_level(logging.WARNING, logger="leasectl.worker")
+    with db.connect() as conn:
+        # a lease that outlasts the deadlock check (1 s): the held row blocks its renewals meanwhile
+        register_tool(conn, "search", "read_only", lease_seconds=10, heartbeat_seconds=1, missed_heartbeats=2,
+                      jitter_seconds=1)
+        first, second = enqueue(conn, "search"), enqueue(conn, "search")
+    holder = db.connect(autocommit=False)
+    order: list[str] = []
+
+    def close_the_cycle() -> None:
+        time.sleep(0.5)  # the worker has claimed `second` and waits for `first`
+        holder.execute("select 1 from tool_jobs where id = %s for update", (second["id"],))
+        order.append("holder got the claimed row")
+        holder.rollback()
+
+    def handler(ctx: CallContext) -> dict:
+        if ctx.call.id == first["id"]:
+            holder.execute("select 1 from tool_jobs where id = %s for update", (first["id"],))
+            threading.Thread(target=close_the_cycle, daemon=True).start()
+        return {"ok": True}
+
+    try:
+        worker = Worker(db.dsn, "w1", handler, poll_interval=0.05)
+        assert worker.run(threading.Event(), max_calls=2) == 2
+    finally:
+        holder.close()
+    assert order == ["holder got the claimed row"]
+    deadlocks = [r.getMessage() for r in caplog.records if "deadlock" in r.getMessage()]
+    assert deadlocks and "statement=worker/complete_and_claim" in deadlocks[0], caplog.text
+    with db.connect() as conn:
+        for call in (first, second):
+            assert job(conn, call["id"])["state"] == "succeeded"
+            kinds = [e["kind"] for e in events(conn, call["id"])]
+            assert kinds.count("claimed") == 1, kinds
+            assert "reclaimed" not in kinds and "result_rejected" not in kinds, kinds

@@ -16,6 +16,7 @@ def error(sqlstate: str, message: str = "boom") -> psycopg.Error:
 
 @pytest.mark.parametrize("sqlstate, kind, exit_code, says", [
     ("55P03", ours.RowLocked, 1, "row is locked by another transaction"),
+    ("40P01", ours.Deadlocked, 1, "rolled back, nothing changed"),
     ("57014", ours.StatementTimedOut, 1, "statement timeout"),
     ("25006", ours.ReadOnlySession, 1, "read-only"),
     ("42501", ours.PermissionDenied, 1, "permission denied"),
@@ -49,3 +50,10 @@ def test_exit_codes_are_the_contract():
     assert ours.BadInput.exit_code == 2 and ours.RefusedByGuard.exit_code == 3
     assert ours.ReadOnlySession.exit_code == 1 and ours.PermissionDenied.exit_code == 1, \
         "not allowed is not refused by a guard"
+
+
+def test_a_deadlock_is_a_lock_wait_its_sender_may_retry():
+    """The worker's final writes, its heartbeat and the console's actions retry or explain a
+    RowLocked; a deadlock rolled the statement back just the same, so it takes the same road."""
+    translated = translate_error(error("40P01", "deadlock detected"), "queries/worker/complete_and_claim.sql")
+    assert isinstance(translated, ours.RowLocked)

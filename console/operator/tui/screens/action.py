@@ -35,7 +35,7 @@ from console.operator.tui.failures import describe_failure
 from console.operator.tui.state import ConsoleApp
 from console.shared.clock import FrozenClock
 from console.shared.config import MAX_REASON_CHARS
-from console.shared.errors import RowLocked
+from console.shared.errors import Deadlocked, RowLocked
 from console.shared.health import format_seconds
 from console.shared.models import Action, Applied, JobSummary
 from console.shared.text import sanitize
@@ -247,7 +247,9 @@ class GuardedDialog(ModalScreen[object | None]):
     def _not_applied(self, error: BaseException | None) -> None:
         text = Text()
         if isinstance(error, RowLocked):
-            text.append("NOT APPLIED — row is locked by another transaction. ", style="bold yellow")
+            what = "deadlock with another transaction" if isinstance(error, Deadlocked) \
+                else "row is locked by another transaction"
+            text.append(f"NOT APPLIED — {what}. ", style="bold yellow")
             text.append("Nothing changed (the attempt is journaled). Try again in a moment, or find the "
                         "blocking session.")
         else:
