@@ -692,8 +692,7 @@ def test_jobs_at_is_rebuilt_from_the_history_not_the_current_row(cli):
     expired = enqueue(conn, "quick")
     claim(conn, "w-3", ["quick"])
     expire_lease(conn, expired["id"])
-    tick(0.05)
-    moment = conn.execute("select now() as n").fetchone()["n"]
+    moment = _instant_after(conn)
     tick(0.05)
     complete(conn, job, "w-1")
     sweep(conn)
@@ -823,8 +822,7 @@ def _awkward_calls(conn) -> datetime:
         run(conn, "demo/exact_mode", on=True)
         conn.execute("update tool_jobs set created_at = date_trunc('second', created_at) where id = %s", (e4["id"],))
         run(conn, "demo/exact_mode", on=False)
-    tick(0.05)
-    return conn.execute("select now() as n").fetchone()["n"]
+    return _instant_after(conn)
 
 
 def test_jobs_at_json_is_what_the_models_print_byte_for_byte(cli, db):
@@ -901,18 +899,13 @@ def test_jobs_at_json_streams_in_batches_and_only_it_goes_past_the_table_limit(c
     invoke, conn = cli
     for _ in range(7):
         enqueue(conn, "search")
-    tick(0.05)
-    at = conn.execute("select now() as n").fetchone()["n"]
-    writes: list[str] = []
-
-    class Sink:
-        def write(self, text: str) -> int:
-            writes.append(text)
-            return len(text)
+    at = _instant_after(conn)
+    sink = _RecordingSink()
+    writes = sink.writes
 
     with db.connect() as c:
         seen: list[int] = []
-        written = audit_db.write_jobs_at(c, Sink(), at, limit=100, batch=3, on_progress=seen.append)
+        written = audit_db.write_jobs_at(c, sink, at, limit=100, batch=3, on_progress=seen.append)
         whole = audit_db.jobs_at(c, at, limit=100)
     assert written == 7 and len(writes) == 4 and seen == [3, 6, 7], "three batches and the closing bracket"
     assert "".join(writes) == json.dumps([r.model_dump(mode="json") for r in whole], indent=2) + "\n"
@@ -936,6 +929,26 @@ def test_a_closed_pipe_ends_jobs_at_json_with_a_message(cli, db):
     assert "closed the pipe" in proc.stderr and "incomplete" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _instant_after(conn):
+    """An instant after everything written so far, and before anything written next."""
+    tick(0.05)
+    return conn.execute("select now() as n").fetchone()["n"]
+
+
+class _RecordingSink:
+    """A text stream that keeps what it is given; past `broken_after` writes, a closed pipe."""
+
+    def __init__(self, broken_after: int | None = None) -> None:
+        self.writes: list[str] = []
+        self.broken_after = broken_after
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        if self.broken_after is not None and len(self.writes) > self.broken_after:
+            raise BrokenPipeError(32, "Broken pipe")
+        return len(text)
+
+
 def _many_calls(conn, n: int) -> None:
     """n queued calls, fast: one INSERT (the triggers journal each)."""
     conn.execute("insert into tool_jobs (tool, idempotency_key, payload) "
@@ -949,16 +962,9 @@ def test_a_stream_stopped_midway_lets_go_of_the_connection(cli, db, fails):
     transaction waited for it forever."""
     invoke, conn = cli
     _many_calls(conn, 20)
-    tick(0.05)
-    at = conn.execute("select now() as n").fetchone()["n"]
-    writes: list[str] = []
-
-    class ClosedPipe:
-        def write(self, text: str) -> int:
-            writes.append(text)
-            if fails == "the sink" and len(writes) > 1:
-                raise BrokenPipeError(32, "Broken pipe")
-            return len(text)
+    at = _instant_after(conn)
+    closed_pipe = _RecordingSink(broken_after=1 if fails == "the sink" else None)
+    writes = closed_pipe.writes
 
     def progress(count: int) -> None:
         if fails == "the progress" and count > 3:
@@ -969,7 +975,7 @@ def test_a_stream_stopped_midway_lets_go_of_the_connection(cli, db, fails):
 
     def stream() -> None:
         try:
-            audit_db.write_jobs_at(c, ClosedPipe(), at, limit=100, batch=3, on_progress=progress)
+            audit_db.write_jobs_at(c, closed_pipe, at, limit=100, batch=3, on_progress=progress)
         except BaseException as exc:  # noqa: BLE001 - what the thread met is the finding
             outcome.append(exc)
 
