@@ -41,10 +41,11 @@ class BenchServer:
             admin.execute(f'drop database if exists "{name}" with (force)')
 
     def checkpoint(self) -> bool:
-        """CHECKPOINT before a timed run, so that no run pays for the WAL of the one before it
-        (the checkpointer's writes and the full-page images that follow every checkpoint). False
-        where the login may not (it takes a superuser or pg_checkpoint): the runs then share the
-        server's checkpoints as they fall, and the benchmark says so."""
+        """CHECKPOINT before a timed run: every run starts at the same point of the checkpoint
+        cycle, so none meets a checkpoint that an earlier run's WAL set off, and each pays alike
+        the full-page images that follow one. False when turned off (`checkpoints`) or where the
+        login may not (it takes a superuser or pg_checkpoint): the runs then meet the server's
+        checkpoints as they fall, and the benchmark says so."""
         if not self.checkpoints:
             return False
         query = sql.load("meta/bench_checkpoint")

@@ -481,13 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  machine:  {machine_facts()}; {_load()} at start")
         print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
               + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
-        if args.no_checkpoint:
-            settled = "no CHECKPOINT before the runs (--no-checkpoint): a run may meet a checkpoint an earlier one set off"
-        elif server.checkpoint():
+        if server.checkpoint():
             settled = "a CHECKPOINT right before each timed run (no run pays for an earlier run's WAL)"
         else:
-            settled = ("no CHECKPOINT before the runs (this login may not): a run may meet a checkpoint an "
-                       "earlier one set off")
+            why = "--no-checkpoint" if args.no_checkpoint else "this login may not"
+            settled = f"no CHECKPOINT before the runs ({why}): a run may meet a checkpoint an earlier one set off"
         print(f"  workload: {args.calls} no-op calls per run, each claimed and completed durably; one worker "
               f"process per worker; a fresh database per run; {settled}")
         print("  bare:     the seed's claim and fenced complete, each its own transaction (2 commits per call);")
