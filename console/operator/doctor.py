@@ -22,6 +22,8 @@ EXPECTED_TRIGGERS = {
     "fleet_events_append_only", "fleet_events_no_truncate",
     # who may write what (0005): every fleet event records its db_role
     "fleet_events_stamp",
+    # an agent is owned by the login that registered it (0012): it decides who may revoke below it
+    "agents_owner_stamp",
 }
 WORKER_POLICY = "tool_jobs_worker_update"
 TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
@@ -48,7 +50,8 @@ def diagnose(dsn: str) -> list[Check]:
         checks.append(schema)
         if schema.status == "fail" and "no leasectl schema" in schema.detail:
             return checks
-        checks += [_triggers(conn), *_roles(conn), *_identity(conn), *_tools(conn), *_activity(conn)]
+        checks += [_triggers(conn), *_shadowing(conn), *_roles(conn), *_identity(conn), *_tools(conn),
+                   *_activity(conn)]
     return checks
 
 
@@ -96,6 +99,34 @@ def _triggers(conn: Conn) -> Check:
                      "the database no longer enforces the protocol: re-enable with "
                      "ALTER TABLE ... ENABLE TRIGGER, or re-create the schema")
     return Check("state machine", "ok", f"{len(present)} triggers enforce transitions and history")
+
+
+def _shadowing(conn: Conn) -> list[Check]:
+    """Whether a login's own objects could stand in for what the rules read (migration 0012)."""
+    row = run_one(conn, "meta/doctor_shadowing")
+    assert row is not None
+    checks = []
+    if row["unsafe_functions"]:
+        checks.append(Check("temporary objects", "fail",
+                            "guard functions that search a login's temporary tables before the schema's: "
+                            + ", ".join(row["unsafe_functions"]),
+                            "run `leasectl migrate` (0012 sets search_path = pg_catalog, public, pg_temp)"))
+    else:
+        temp = ", ".join(row["temp_roles"])
+        checks.append(Check(
+            "temporary objects", "ok",
+            "every guard searches pg_temp last: a login's temporary tables cannot stand in for leasectl's"
+            + (f" ({temp} may create them; leasectl needs none: REVOKE TEMPORARY ON DATABASE "
+               f"{row['database']} FROM PUBLIC takes that away from every role that is not granted it "
+               "again)" if temp else "")))
+    if row["create_grants"]:
+        checks.append(Check("schemas", "warn",
+                            "leasectl roles may create objects in: " + ", ".join(row["create_grants"])
+                            + " (a login's own schema ahead of pg_catalog could define operators that "
+                            "the row level security policy then uses)",
+                            "REVOKE CREATE ON SCHEMA <schema> FROM PUBLIC, <role>; (PostgreSQL 15's "
+                            "default for the public schema)"))
+    return checks
 
 
 def _roles(conn: Conn) -> list[Check]:

@@ -1,13 +1,14 @@
--- Purpose: revoke a grant. Any ancestor of the holder in the delegation chain may, and the
---   control plane ('control-plane', the supervisor role) may; nobody else (the database refuses
---   any other revoker whatever SQL is sent).
--- Zero rows: not allowed (the revoker is neither an ancestor nor the control plane), already
---   revoked, or no such grant.
+-- Purpose: revoke a grant in the name `revoker`: 'control-plane', or an ancestor of the holder in
+--   its delegation chain. Who may is decided by the database from the session's login, never from
+--   the name written (migration 0012): the control plane (leasectl_supervisor) revokes any grant;
+--   a worker login only the grants of descendants of an agent it registered itself, in that
+--   agent's name. The name is recorded in revoked_by and in the fleet journal beside db_role.
+-- Zero rows: not allowed (this login may not revoke in that name), already revoked, or no such grant.
 -- Parameters: grant_id, revoker
 update grants g
 set revoked_at = now(),
     revoked_by = :revoker::text
 where g.id = :grant_id::uuid
   and g.revoked_at is null
-  and (:revoker::text = 'control-plane' or leasectl_is_ancestor(:revoker::text, g.agent_id))
+  and leasectl_may_revoke(g.agent_id, :revoker::text)
 returning g.id, g.agent_id, g.kind, g.resource, g.revoked_at, g.revoked_by

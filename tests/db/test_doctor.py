@@ -68,3 +68,27 @@ def test_a_login_that_is_worker_and_operator_cannot_be_bound(db, pg_server):
     assert check.status == "warn" and "leasectl_operator" in check.detail
     assert "identity cannot be bound" in check.detail
     assert "REVOKE leasectl_operator FROM lc_doctor_dual" in check.fix
+
+
+def test_shadowing_says_the_guards_search_pg_temp_last_and_what_temp_costs(db):
+    check = by_name(diagnose(db.dsn))["temporary objects"]
+    assert check.status == "ok" and "searches pg_temp last" in check.detail
+    assert "leasectl_worker" in check.detail and "REVOKE TEMPORARY ON DATABASE" in check.detail
+
+
+def test_a_guard_that_searches_pg_temp_first_fails_and_so_does_a_schema_workers_may_create_in(db):
+    with db.connect() as conn:
+        # what 0011's databases had: the guard searched a login's temporary tables first
+        conn.execute("alter function leasectl_tool_jobs_guard() set search_path = pg_catalog, public")
+        conn.execute("create schema loose")
+        conn.execute("grant create on schema loose to leasectl_worker")
+        conn.execute("revoke temporary on database " + conn.info.dbname + " from public")
+    checks = by_name(diagnose(db.dsn))
+    assert checks["temporary objects"].status == "fail"
+    assert "leasectl_tool_jobs_guard()" in checks["temporary objects"].detail
+    assert "leasectl migrate" in checks["temporary objects"].fix
+    assert checks["schemas"].status == "warn" and "leasectl_worker in loose" in checks["schemas"].detail
+    with db.connect() as conn:
+        conn.execute("alter function leasectl_tool_jobs_guard() set search_path = pg_catalog, public, pg_temp")
+    check = by_name(diagnose(db.dsn))["temporary objects"]
+    assert check.status == "ok" and "may create them" not in check.detail, "TEMPORARY taken from PUBLIC"

@@ -12,6 +12,7 @@ from console.control.supervisor import advance, tick
 from console.db.connect import Conn, run_one
 from console.shared.errors import ProtocolViolation
 from tests.helpers import (
+    as_login,
     claim,
     complete,
     confirm_cancel,
@@ -171,10 +172,71 @@ def test_only_the_control_plane_role_may_revoke_as_the_control_plane(fleet, pg_s
             worker.execute("update grants set revoked_at = now(), revoked_by = 'control-plane' where id = %s",
                            (g["id"],))
         assert refused.value.sqlstate == "LCF04"
-        # an ancestor agent, through the shared SQL, is fine
-        row = worker.execute("update grants set revoked_at = now(), revoked_by = 'code-1' where id = %s "
-                             "returning id", (g["id"],)).fetchone()
-        assert row is not None
+
+
+WORKER_X, WORKER_Y, SUPERVISOR_Z = "lc_test_fleet_x", "lc_test_fleet_y", "lc_test_fleet_sup"
+
+
+@pytest.fixture
+def owned_fleet(fleet, pg_server):
+    """planner-1's tree registered by the database owner; team-1 registered by login X, its child
+    team-child by login Y (a delegation across logins), each holding a grant."""
+    from tests.helpers import ensure_login
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER_X, "leasectl_worker")
+        ensure_login(admin, WORKER_Y, "leasectl_worker")
+        ensure_login(admin, SUPERVISOR_Z, "leasectl_supervisor")
+    with as_login(fleet, WORKER_X) as x:
+        assert register_agent(x, "team-1") is not None
+    with as_login(fleet, WORKER_Y) as y:
+        assert register_agent(y, "team-child", "team-1") is not None
+    with fleet.connect() as c:
+        grants = {agent: give_grant(c, agent, issued_by="control-plane")["id"] for agent in ("sandbox-1", "team-child")}
+    return fleet, grants
+
+
+def test_an_agent_is_owned_by_the_login_that_registered_it_whatever_it_writes(owned_fleet):
+    fleet, _ = owned_fleet
+    with as_login(fleet, WORKER_Y) as y:
+        row = y.execute("insert into agents (id, kind, owner_role) values ('posing-1', 'worker', %s) "
+                        "returning owner_role", (WORKER_X,)).fetchone()
+    assert row["owner_role"] == WORKER_Y, "a login cannot register an agent in another login's name"
+    with fleet.connect() as c:
+        owners = {r["id"]: r["owner_role"] for r in c.execute("select id, owner_role from agents")}
+        assert c.execute("insert into agents (id, kind, owner_role) values ('for-x', 'worker', %s) returning owner_role",
+                         (WORKER_X,)).fetchone()["owner_role"] == WORKER_X, "the control plane may register for a login"
+    assert owners["team-1"] == WORKER_X and owners["team-child"] == WORKER_Y
+
+
+def test_a_login_revokes_only_below_an_agent_it_registered_whatever_name_it_writes(owned_fleet):
+    fleet, grants = owned_fleet
+    with as_login(fleet, WORKER_Y) as y:
+        assert revoke_grant(y, grants["team-child"], "team-1") is None, "Y registered the holder, not its ancestor"
+        with pytest.raises(psycopg.Error) as refused:
+            y.execute("update grants set revoked_at = now(), revoked_by = 'team-1' where id = %s",
+                      (grants["team-child"],))
+        assert refused.value.sqlstate == "LCF04"
+    with as_login(fleet, WORKER_X) as x:
+        for name in ("planner-1", "code-1", "control-plane"):
+            assert revoke_grant(x, grants["sandbox-1"], name) is None, f"X owns no ancestor of sandbox-1 ({name})"
+        assert revoke_grant(x, grants["team-child"], "planner-1") is None, "not an ancestor of team-child"
+        done = revoke_grant(x, grants["team-child"], "team-1")
+        assert done is not None and done["revoked_by"] == "team-1"
+    with fleet.connect() as c:
+        journal = c.execute("select actor, db_role from fleet_events where grant_id = %s and kind = 'grant_revoked'",
+                            (grants["team-child"],)).fetchone()
+        assert c.execute("select revoked_at from grants where id = %s", (grants["sandbox-1"],)).fetchone()["revoked_at"] is None
+    assert journal == {"actor": "team-1", "db_role": WORKER_X}
+
+
+def test_the_control_plane_role_revokes_any_grant(owned_fleet):
+    fleet, grants = owned_fleet
+    with fleet.connect() as c:
+        another = give_grant(c, "sandbox-1", issued_by="control-plane")["id"]
+    with as_login(fleet, SUPERVISOR_Z) as z:
+        assert revoke_grant(z, grants["sandbox-1"], "control-plane") is not None
+        assert revoke_grant(z, grants["team-child"], "team-1") is not None, "in an ancestor's name too"
+        assert revoke_grant(z, another, "review-1") is None, "but only in the name of an ancestor or its own"
 
 
 # ------------------------------------------------------------------ refusing new work

@@ -111,3 +111,76 @@ def test_migrating_as_a_user_without_createrole_works_with_a_notice(pg_server):
                 admin.execute(f"drop role {user}")
             except psycopg.Error:
                 pass
+
+
+def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
+    """The previous release's data: a fleet registered by real logins (journaled with db_role since
+    0005) and by the owner, grants, calls in every state the protocol reaches, their history. 0012
+    keeps every row, takes each agent's owner from the journal, and its rules hold at once."""
+    from tests.helpers import (
+        as_login,
+        claim,
+        complete,
+        enqueue,
+        ensure_login,
+        give_grant,
+        register_agent,
+        register_tool,
+        report_unknown,
+        request_shutdown,
+        revoke_grant,
+        start_side_effect,
+    )
+
+    worker = "lc_mig_worker"
+    with pg_server.admin() as admin:
+        ensure_login(admin, worker, "leasectl_worker")
+    with connect(empty_db.dsn) as conn:
+        assert migrate(conn, target=11).version == 11
+        register_tool(conn, "search", "read_only", lease_seconds=30, heartbeat_seconds=5)
+        register_tool(conn, "pay", "mutating_unverifiable", lease_seconds=30, heartbeat_seconds=5)
+        assert register_agent(conn, "planner-1") is not None
+    with as_login(empty_db, worker) as w:
+        assert register_agent(w, "team-1", "planner-1") is not None
+        assert register_agent(w, "team-child", "team-1") is not None
+        done = enqueue(w, "search", agent_id="team-child")
+        c = claim(w, worker, ["search"])
+        assert complete(w, c, worker) is not None
+        enqueue(w, "pay", agent_id="team-child")
+        p = claim(w, worker, ["pay"])
+        start_side_effect(w, p, worker)
+        assert report_unknown(w, p, worker)["state"] == "outcome_unknown"
+        queued = enqueue(w, "search", agent_id="team-child")
+    with connect(empty_db.dsn) as conn:
+        grant = give_grant(conn, "team-child", issued_by="team-1")
+        revoked = give_grant(conn, "team-child", issued_by="team-1")
+        conn.execute("update grants set revoked_at = now(), revoked_by = 'control-plane' where id = %s",
+                     (revoked["id"],))
+        assert request_shutdown(conn, "planner-1", operator="alice") is not None
+        conn.execute("update shutdowns set state = 'draining'")
+        conn.execute("update agents set state = 'draining' where id = 'team-child'")
+
+        def rows(table: str, order: str = "1") -> list[dict]:
+            return conn.execute(f"select * from {table} order by {order}").fetchall()
+
+        before = {t: rows(t) for t in ("tools", "tool_jobs", "job_events", "grants", "shutdowns", "fleet_events")}
+        agents_before = rows("agents")
+
+        report = migrate(conn)
+        assert report.applied == ["0012_trust_boundary"] and report.version == known_version()
+
+        after = {t: rows(t) for t in before}
+        assert after == before, "every row kept as it was, in the same order"
+        agents = {a["id"]: a for a in rows("agents")}
+        assert [{k: v for k, v in a.items() if k != "owner_role"} for a in rows("agents")] == agents_before
+        assert agents["team-1"]["owner_role"] == worker and agents["team-child"]["owner_role"] == worker
+        assert agents["planner-1"]["owner_role"] == conn.execute("select session_user as u").fetchone()["u"]
+        assert {str(done["id"]), str(queued["id"])} <= {str(j["id"]) for j in after["tool_jobs"]}
+
+    # the new rules hold on the old data at once
+    with as_login(empty_db, worker) as w:
+        assert revoke_grant(w, grant["id"], "team-1") is not None, "the login that registered team-1 may"
+        with pytest.raises(psycopg.Error) as refused:
+            w.execute("insert into tool_jobs (idempotency_key, payload, tool, agent_id) "
+                      "values ('late', '{}', 'search', 'team-child')")
+        assert refused.value.sqlstate == "LCF07", "team-child is draining"
