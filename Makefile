@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PG15_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: demo test lint test-fast test-pg15 bench bench-protocol bench-console bench-bulk screenshots clean
+.PHONY: help demo test lint test-fast test-pg15 bench bench-protocol bench-console bench-bulk screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: Python >= 3.11 is needed (python3.11 or newer on PATH)"; exit 1; }
@@ -21,10 +21,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-demo: $(STAMP)
+# Each target says what it does after `##` on its own line: `make help` lists them from there.
+help: ## list the targets, one line each
+	@echo "make TARGET  (ARGS='…' passes options to demo and the benchmarks)"
+	@awk -F ':.*## ' '/^[a-z0-9-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+demo: $(STAMP) ## open the console on a live simulated fleet (embedded PostgreSQL)
 	$(BIN)/leasectl demo $(ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff, mypy and import-linter
 	$(BIN)/ruff check --output-format concise .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -32,7 +37,7 @@ lint: $(STAMP)
 .PHONY: tools bench-metrics
 # promtool and the Prometheus server, for the metrics tests (Debian's prometheus package); installed
 # when missing. Where it cannot be installed (no root, no apt) those tests skip and say why.
-tools:
+tools: ## install promtool and prometheus for the metrics tests, when missing and possible
 	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "== installing Debian's prometheus package (promtool, prometheus) for the metrics tests"; \
@@ -46,44 +51,44 @@ tools:
 # its slow tests (the random-kill stress test, the benchmarks' smoke runs), which ran on 18 just
 # before: with them the whole took 846 s of CI's 15 minutes on a slower machine of this kind.
 # LEASECTL_MIN_TESTS makes a run that collects too few tests fail instead of passing quietly.
-test: tools lint
+test: tools lint ## lint, then every test tier on PostgreSQL 18, the wheel, and the database tier on 15
 	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel" tests
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -m slow tests
 	LEASECTL_MIN_TESTS=2 $(PYTEST) -m wheel tests/wheel
 	@$(MAKE) --no-print-directory test-pg15
 
-test-pg15: $(STAMP)
+test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped when it does not answer
 	@if $(BIN)/python -c "import psycopg,sys; psycopg.connect('$(PG15_DSN)', connect_timeout=3).close()" 2>/dev/null; then \
 	  echo "== database tier again on $(PG15_DSN)"; \
 	  LEASECTL_TEST_DSN='$(PG15_DSN)' LEASECTL_MIN_TESTS=100 $(PYTEST) -n 4 -m "not slow" tests/db; \
 	else echo "== $(PG15_DSN) does not answer: PostgreSQL 15 pass skipped"; fi
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) ## every tier but the slow tests and the wheel, no lint
 	$(PYTEST) -n 4 -m "not slow and not wheel" tests
 
-bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale
+bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale ## every benchmark below
 
 .PHONY: bench-audit bench-scale
-bench-scale: $(STAMP)
+bench-scale: $(STAMP) ## a fleet at the size agents run
 	$(BIN)/python -m tests.bench.scale $(ARGS)
 
-bench-audit: $(STAMP)
+bench-audit: $(STAMP) ## the auditor's tools over a big history
 	$(BIN)/python -m tests.bench.audit $(ARGS)
 
-bench-protocol: $(STAMP)
+bench-protocol: $(STAMP) ## the lease protocol's throughput, against its peers and the machine's ceiling
 	$(BIN)/python -m tests.bench.protocol $(ARGS)
 
-bench-console: $(STAMP)
+bench-console: $(STAMP) ## the console's costs: its reads and refreshes over a big history
 	$(BIN)/python -m tests.bench.console $(ARGS)
 
-bench-bulk: $(STAMP)
+bench-bulk: $(STAMP) ## bulk actions: 1,000 calls, batched against both alternatives
 	$(BIN)/python -m tests.bench.bulk $(ARGS)
 
-bench-metrics: $(STAMP)
+bench-metrics: $(STAMP) ## what the metrics cost over a big history
 	$(BIN)/python -m tests.bench.metrics $(ARGS)
 
-screenshots: $(STAMP)
+screenshots: $(STAMP) ## regenerate the SVGs in screenshots/
 	$(BIN)/leasectl screenshots
 
-clean:
+clean: ## remove .venv and the tools' caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

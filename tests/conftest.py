@@ -67,6 +67,21 @@ def _start_embedded(base: Path) -> tuple[str, object]:
     return server.get_uri(), server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def console_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The console's log and crash reports go to a directory of this test session, never to the
+    user's own (~/.local/state/leasectl/log): the tests provoke tracebacks on purpose. Set in the
+    environment, so the commands the tests start (the wheel, the console in tmux) inherit it."""
+    path = tmp_path_factory.mktemp("console-log")
+    before = os.environ.get("LEASECTL_LOG_DIR")
+    os.environ["LEASECTL_LOG_DIR"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("LEASECTL_LOG_DIR", None)
+    else:
+        os.environ["LEASECTL_LOG_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Server]:
     dsn = os.environ.get("LEASECTL_TEST_DSN")

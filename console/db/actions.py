@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from console.db.connect import Conn, run, run_one
+from console.db.connect import Conn, action_transaction, run, run_one
 from console.db.reads import job, shutdown
 from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
@@ -89,7 +89,8 @@ def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_to
     reason, operator = checked_words(reason, operator)
     request_id = uuid.uuid4()
     try:
-        with conn.transaction():
+        with action_transaction(conn, f"the {action.replace('_', ' ')} of call {job_id}",
+                                look=look_at_journal(job_id, request_id)):
             run(conn, "meta/request_id", request_id=str(request_id))
             row = run_one(conn, QUERY[action], job_id=job_id, seen_state=seen_state, seen_token=seen_token,
                           operator=operator, reason=reason, **extra)
@@ -104,6 +105,14 @@ def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_to
     if now is None:
         raise BadInput(f"no call {job_id}")
     return Refused(action=action, job_id=job_id, reason=why, now=now, request_id=request_id)
+
+
+def look_at_journal(job_id: uuid.UUID, request_id: uuid.UUID) -> str:
+    """Where to learn whether an action whose commit went unanswered was applied: the operator
+    statement journals its request id in the same transaction, so the journal has it if and only
+    if the action committed."""
+    return (f"look at the journal once the database answers: `leasectl audit actions --job {job_id}` lists "
+            f"request {request_id} if and only if it was applied (so does the call's history)")
 
 
 def refusal_of(conn: Conn, job_id: uuid.UUID, request_id: uuid.UUID) -> tuple[str, JobSummary | None]:
@@ -175,7 +184,9 @@ def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator:
         raise BadInput(f"the window must be more than 0 and at most {MAX_WINDOW_SECONDS} seconds "
                        f"(got {window_seconds:g})")
     request_id = uuid.uuid4()
-    with conn.transaction():
+    with action_transaction(conn, f"the {mode} of {sanitize(agent_id, max_chars=80)}'s subtree",
+                            look=f"`leasectl fleet` shows whether a {mode} of that subtree is under way "
+                                 f"(request {request_id})"):
         run(conn, "meta/request_id", request_id=str(request_id))
         row = run_one(conn, "operator/request_shutdown", root_agent_id=agent_id, mode=mode, requested_by=operator,
                       reason=reason, window_seconds=window_seconds)

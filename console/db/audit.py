@@ -12,7 +12,7 @@ import csv
 import json
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from datetime import datetime
 from itertools import islice
@@ -20,22 +20,25 @@ from operator import itemgetter
 from typing import Any, Protocol, cast
 
 import psycopg
-from psycopg.rows import tuple_row
+from psycopg.rows import RowFactory, dict_row, tuple_row
 
 from console.db import sql
 from console.db.connect import Conn, lines_as, run, run_one, translate_error
 from console.db.reads import db_info, history, resolve
 from console.shared.audit import (
-    EXPORT_COLUMNS,
+    EXPORT_KEYS,
+    FLEET_EXPORT_KEYS,
     AuditFilter,
     AuditPage,
     CallReplay,
     JobAsOf,
+    LoginCount,
     OperatorAction,
     OwnerAt,
     Step,
     VerifyReport,
     Violation,
+    login_violation,
     owner_at,
 )
 from console.shared.errors import BadInput
@@ -113,29 +116,20 @@ def screen_page(conn: Conn, f: AuditFilter, *, view: str = "events", before_id: 
 # ----------------------------------------------------------------------------- export
 
 
-def count_events(conn: Conn, *, since: datetime | None = None, until: datetime | None = None,
-                 job_id: uuid.UUID | None = None, owner: str | None = None, operator: str | None = None,
-                 kind: str | None = None) -> dict[str, Any]:
-    row = run_one(conn, "audit/export_count", since=since, until=until, job_id=job_id, owner=owner,
-                  operator=operator, kind=kind)
-    assert row is not None
-    return row
-
-
 class TextSink(Protocol):
     """Where an export writes: a text file, or stdout's descriptor (console.shared.files)."""
 
     def write(self, text: str, /) -> int: ...
 
 
-def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str,
-           batch: int = BATCH) -> Iterator[list[tuple[Any, ...]]]:
+def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str, batch: int = BATCH,
+           row_factory: RowFactory[Any] = tuple_row) -> Iterator[list[Any]]:
     """Batches of rows of queries/<name>.sql through a server-side cursor. Must run inside a
     transaction (the cursor lives as long as it)."""
     query = sql.load(name)
     values = query.bind(params)
     try:
-        with conn.cursor(name=cursor_name, row_factory=tuple_row) as cur:
+        with conn.cursor(name=cursor_name, row_factory=row_factory) as cur:
             cur.execute(query.text, values)
             while rows := cur.fetchmany(batch):
                 yield rows
@@ -145,47 +139,106 @@ def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str,
 
 def export(conn: Conn, out: TextSink, *, fmt: str = "jsonl", since: datetime | None = None,
            until: datetime | None = None, job_id: uuid.UUID | None = None, owner: str | None = None,
-           operator: str | None = None, kind: str | None = None, with_db_role: bool = False,
-           on_progress: Progress | None = None, for_terminal: bool = False, batch: int = BATCH) -> dict[str, Any]:
+           operator: str | None = None, kind: str | None = None, on_progress: Progress | None = None,
+           for_terminal: bool = False, batch: int = BATCH) -> dict[str, Any]:
     """Write every job_events row in the range to `out`, oldest first (id order), as typed JSONL or
-    CSV with a header; return the count and the range's first and last instant. One read-only
-    snapshot: the count and the rows agree. `on_progress(done, total)` after each batch (it may
-    raise to stop: the caller's file is then not renamed into place). `for_terminal`: CSV values
-    pass terminal_safe (a terminal must not act on them); JSONL is always ASCII (exact, escaped).
-    owner / operator / kind: the Audit screen's filter (the CLI gives since, until and job_id)."""
-    if fmt not in ("jsonl", "csv"):
-        raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
+    CSV with a header -- the contract's keys, then reason, request_id and db_role (EXPORT_KEYS); return
+    the count and the range's first and last instant. One read-only snapshot: the count and the rows
+    agree. `on_progress(done, total)` after each batch (it may raise to stop: the caller's file is then
+    not renamed into place). `for_terminal`: CSV values pass terminal_safe (a terminal must not act on
+    them); JSONL is always ASCII (exact, escaped). owner / operator / kind: the Audit screen's filter
+    (the CLI gives since, until and job_id)."""
     params: dict[str, Any] = {"since": since, "until": until, "job_id": job_id, "owner": owner, "operator": operator,
                               "kind": kind}
+    return _export(conn, out, "audit/export", EXPORT_KEYS, params, fmt=fmt, on_progress=on_progress,
+                   for_terminal=for_terminal, batch=batch)
+
+
+def export_fleet(conn: Conn, out: TextSink, *, fmt: str = "jsonl", since: datetime | None = None,
+                 until: datetime | None = None, on_progress: Progress | None = None, for_terminal: bool = False,
+                 batch: int = BATCH) -> dict[str, Any]:
+    """`audit export --fleet`: every fleet_events row in the range (drains, aborts, refusals, state
+    changes, grants revoked), oldest first, with the keys FLEET_EXPORT_KEYS; as export() otherwise.
+    Kept apart from the calls' history: a fleet row belongs to no call, and a reader of the job_events
+    export counts its rows."""
+    return _export(conn, out, "audit/export_fleet", FLEET_EXPORT_KEYS, {"since": since, "until": until}, fmt=fmt,
+                   on_progress=on_progress, for_terminal=for_terminal, batch=batch)
+
+
+def _export(conn: Conn, out: TextSink, name: str, columns: tuple[str, ...], params: dict[str, Any], *, fmt: str,
+            on_progress: Progress | None, for_terminal: bool, batch: int) -> dict[str, Any]:
+    """queries/<name>_count.sql, then the rows of <name>_jsonl.sql or <name>_csv.sql, in one snapshot."""
+    if fmt not in ("jsonl", "csv"):
+        raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
     written = 0
     with conn.transaction():
         run(conn, "meta/snapshot")
-        counted = count_events(conn, **params)
+        counted = run_one(conn, f"{name}_count", **params)
+        assert counted is not None
         total = int(counted["events"])
         if on_progress:
             on_progress(0, total)
         if fmt == "jsonl":
-            for rows in stream(conn, "audit/export_jsonl", {**params, "with_db_role": with_db_role},
-                               cursor_name=EXPORT_CURSOR, batch=batch):
+            for rows in stream(conn, f"{name}_jsonl", params, cursor_name=EXPORT_CURSOR, batch=batch):
                 out.write("".join(_ascii_line(r[0]) for r in rows))
                 written += len(rows)
                 if on_progress:
                     on_progress(written, total)
         else:
             writer = csv.writer(out, lineterminator="\n")
-            columns = [*EXPORT_COLUMNS, "db_role"] if with_db_role else list(EXPORT_COLUMNS)
             writer.writerow(columns)
-            width = len(columns)
-            for rows in stream(conn, "audit/export_csv", params, cursor_name=EXPORT_CURSOR, batch=batch):
-                if for_terminal:
-                    writer.writerows([[terminal_safe(spreadsheet_safe(v)) if v else v for v in r[:width]]
-                                      for r in rows])
-                else:
-                    writer.writerows([[spreadsheet_safe(v) if v else v for v in r[:width]] for r in rows])
+            for rows in stream(conn, f"{name}_csv", params, cursor_name=EXPORT_CURSOR, batch=batch):
+                writer.writerows([_csv_cells(r, for_terminal) for r in rows])
                 written += len(rows)
                 if on_progress:
                     on_progress(written, total)
     return {"events": written, "first_at": counted["first_at"], "last_at": counted["last_at"]}
+
+
+def _csv_cells(row: Iterable[str | None], for_terminal: bool) -> list[str | None]:
+    if for_terminal:
+        return [terminal_safe(spreadsheet_safe(v)) if v else v for v in row]
+    return [spreadsheet_safe(v) if v else v for v in row]
+
+
+def export_journal(conn: Conn, out: TextSink, *, fmt: str = "jsonl", operator: str | None = None,
+                   job_id: uuid.UUID | None = None, agent: str | None = None, action: str | None = None,
+                   outcome: str | None = None, since: datetime | None = None, until: datetime | None = None,
+                   on_progress: Progress | None = None, batch: int = BATCH) -> dict[str, Any]:
+    """The operator journal the filter selects -- every row `audit actions` gives for it, with no
+    limit, newest first as it lists them -- to `out` as JSONL or CSV with its keys (OperatorAction.KEYS:
+    the contract's, then db_role). Streamed through the statement of `audit actions` itself, so the
+    two never disagree on which rows a filter selects. `on_progress(done, None)` after each batch (the
+    journal is not counted first: it is a sliver of the history). Returns {"events": rows written}."""
+    if fmt not in ("jsonl", "csv"):
+        raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
+    params: dict[str, Any] = dict(operator=operator, job_id=job_id, agent=agent, action=action, outcome=outcome,
+                                  since=since, until=until, limit=None)
+    writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
+    if writer is not None:
+        writer.writerow(OperatorAction.KEYS)
+    written = 0
+    with conn.transaction():
+        for rows in stream(conn, "audit/operator_actions", params, cursor_name=EXPORT_CURSOR, batch=batch,
+                           row_factory=dict_row):
+            records = [OperatorAction.model_validate(r).record() for r in rows]
+            if writer is None:
+                out.write("".join(json.dumps(r, ensure_ascii=True, separators=(", ", " : ")) + "\n"
+                                  for r in records))
+            else:
+                writer.writerows([_csv_cells([_csv_value(r[k]) for k in OperatorAction.KEYS], False)
+                                  for r in records])
+            written += len(records)
+            if on_progress:
+                on_progress(written, None)
+    return {"events": written}
+
+
+def _csv_value(value: Any) -> str | None:
+    """A journal value as a CSV cell: text as it is, details as JSON text, null as an empty cell."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else str(value)
 
 
 # What a spreadsheet runs as a formula when a cell starts with it (OWASP, "CSV Injection"), and
@@ -227,14 +280,19 @@ def _rows_in_id_order(batches: Iterator[list[tuple[Any, ...]]]) -> Iterator[tupl
 def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress | None = None,
            batch: int = BATCH) -> VerifyReport:
     """Replay every call's history (or every call with an event since `since`) and list what breaks
-    the protocol. One read-only snapshot, streamed: one call's events in memory at a time."""
+    the protocol, and hold each event's login (db_role) against its kind (wrong_login). One read-only
+    snapshot, streamed: one call's events in memory at a time, and one name per role of the cluster."""
     t0 = time.perf_counter()
     violations: list[Violation] = []
     calls = events = 0
+    worker_events = without_login = 0
+    unknown: dict[str, int] = {}
     replay: CallReplay | None = None
     with conn.transaction():
         run(conn, "meta/snapshot")
         checked_at = now(conn)
+        # what each login is now (a worker login or not); a db_role missing here was dropped since
+        worker_login = {r["login"]: bool(r["worker"]) for r in run(conn, "audit/verify_logins")}
         # the current rows in the same id order, merged in: each history is held against its row,
         # and a row with no history at all is found between two histories
         current = _rows_in_id_order(stream(conn, "audit/verify_rows", {"since": since}, cursor_name=ROWS_CURSOR,
@@ -256,7 +314,7 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
 
         for rows in stream(conn, "audit/verify_events", {"since": since}, cursor_name=VERIFY_CURSOR, batch=batch):
             for (event_id, job_id, at, kind, token, state_from, state_to, owner_from, owner_to, lease_until,
-                 previous, actor) in rows:
+                 previous, actor, db_role) in rows:
                 if replay is None or replay.job_id != job_id:
                     if replay is not None:
                         close(replay)
@@ -264,6 +322,18 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
                     calls += 1
                 replay.feed(Step(event_id, at, kind, token, state_from, state_to, owner_from, owner_to,
                                  lease_until, previous, actor))
+                if db_role is None:
+                    without_login += 1
+                    continue
+                worker = worker_login.get(db_role)
+                if worker is None:
+                    unknown[db_role] = unknown.get(db_role, 0) + 1
+                elif worker:
+                    worker_events += 1
+                    why = login_violation(kind, actor, owner_to, state_from, state_to, db_role)
+                    if why is not None:
+                        violations.append(Violation(job_id=job_id, rule="wrong_login", event_ids=[event_id],
+                                                    why=why, kind=kind, db_role=db_role))
             events += len(rows)
             if on_progress:
                 on_progress(events, None)
@@ -276,7 +346,9 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
             calls += 1
             pending = next(current, None)
     return VerifyReport(ok=not violations, since=since, calls=calls, events=events, violations=violations,
-                        checked_at=checked_at, seconds=time.perf_counter() - t0)
+                        checked_at=checked_at, seconds=time.perf_counter() - t0, worker_events=worker_events,
+                        without_login=without_login,
+                        unknown_logins=[LoginCount(db_role=k, events=n) for k, n in sorted(unknown.items())])
 
 
 # ----------------------------------------------------------------------------- everything as it was at T

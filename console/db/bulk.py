@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from console.db.actions import QUERY, checked_words, journal_failure, not_possible, refusal_of
-from console.db.connect import Conn, run, run_one
+from console.db.connect import Conn, action_transaction, run, run_one
 from console.db.reads import jobs
 from console.shared.errors import BadInput, RowLocked, StatementTimedOut
 from console.shared.filters import JobFilter, grammar
@@ -145,7 +145,13 @@ def apply(conn: Conn, plan: BulkPlan, *, operator: str, reason: str,
     done = 0
     for start in range(0, len(plan.send), BATCH_SIZE):
         batch = plan.send[start:start + BATCH_SIZE]
-        with conn.transaction():
+        # a lost connection ends the bulk action: the batches before this one are committed (their
+        # calls are in the journal under the batch id), this one is not, or -- lost while committing
+        # -- unknown; the error says which and where to look
+        with action_transaction(conn, f"a batch of {len(batch)} of the {len(plan.send)} calls ({done} committed "
+                                      f"before it)",
+                                look=f"`leasectl audit actions` lists the calls of batch {batch_id} that were "
+                                     "applied"):
             run(conn, "meta/batch_id", batch_id=str(batch_id))
             for call in batch:
                 outcomes.append(_one(conn, plan.action, call, operator, reason, extra))

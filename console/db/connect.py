@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
@@ -12,11 +14,13 @@ from pydantic import BaseModel, TypeAdapter
 
 from console.db import sql
 from console.shared.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
+from console.shared.dsn import mask_secrets
 from console.shared.errors import (
     BadInput,
     DatabaseUnavailable,
     Deadlocked,
     LeasectlError,
+    OutcomeUnknown,
     PermissionDenied,
     ProtocolViolation,
     ReadOnlySession,
@@ -48,10 +52,10 @@ def connect(
             connect_timeout=connect_timeout,
         )
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot connect to the database: {_first_line(exc)}",
+        raise DatabaseUnavailable(f"cannot connect to the database: {mask_secrets(_first_line(exc), dsn)}",
                                   hint="check --dsn, LEASECTL_DSN, DATABASE_URL or PG* variables") from None
-    except psycopg.ProgrammingError as exc:  # a malformed conninfo string
-        raise BadInput(f"bad connection string: {_first_line(exc)}") from None
+    except psycopg.ProgrammingError as exc:  # a malformed conninfo string, which libpq quotes: masked
+        raise BadInput(f"bad connection string: {mask_secrets(_first_line(exc), dsn)}") from None
     try:
         run(
             conn,
@@ -86,6 +90,40 @@ def run(conn: Conn, name: str, /, **params: Any) -> list[Row]:
 def run_one(conn: Conn, name: str, /, **params: Any) -> Row | None:
     rows = run(conn, name, **params)
     return rows[0] if rows else None
+
+
+def ping(conn: Conn) -> None:
+    """One round trip (queries/meta/ping.sql): DatabaseUnavailable if the connection is dead."""
+    run(conn, "meta/ping")
+
+
+@contextmanager
+def action_transaction(conn: Conn, what: str, *, look: str) -> Iterator[None]:
+    """BEGIN ... COMMIT around an action, whose lost connection is told apart by when it was lost.
+
+    Before COMMIT was sent (at BEGIN, or in any statement of the block) the transaction cannot
+    have committed -- PostgreSQL rolls back a transaction whose session ends -- so nothing was
+    applied, and the DatabaseUnavailable raised says so: sending it again is safe. While COMMIT
+    was in flight the server may have committed and died before answering: that is
+    OutcomeUnknown, which nothing retries (`look` says where the truth is: the journal). BEGIN
+    and COMMIT are psycopg's, not `run`'s, so their errors are translated here."""
+    committing = False
+    try:
+        with conn.transaction():
+            yield
+            committing = True
+    except (psycopg.Error, DatabaseUnavailable) as exc:
+        error = exc if isinstance(exc, LeasectlError) else translate_error(exc, what)
+        if not isinstance(error, DatabaseUnavailable):
+            if error is exc:
+                raise
+            raise error from exc
+        if committing:
+            raise OutcomeUnknown(f"database unreachable: the connection was lost while {what} was being "
+                                 "committed; it is unknown whether it was applied",
+                                 hint=f"do not simply send it again: {look}") from exc
+        raise DatabaseUnavailable(f"{error}. {what[0].upper()}{what[1:]} was not committed: nothing was "
+                                  "applied") from exc
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -151,9 +189,12 @@ def translate_error(exc: psycopg.Error, where: str) -> LeasectlError:
         return ProtocolViolation(f"refused by the database: {detail}")
     if state in ("22P02", "22007", "22008", "22023", "23514", "23502", "23505", "22003"):
         return BadInput(f"bad input: {detail}")
-    disconnected = state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    # the server ended the session: a restart or shutdown (57P01-57P03), pg_terminate_backend
+    # (57P01), the database dropped (57P04), an idle or idle-in-transaction timeout (57P05, 25P03).
+    # The connection is gone whatever the reason: dropped, and made again on the next use
+    disconnected = state.startswith(("08", "57P")) or state == "25P03"
     if isinstance(exc, psycopg.OperationalError) or disconnected:
-        return DatabaseUnavailable(f"database connection lost: {detail}")
+        return DatabaseUnavailable(f"database unreachable: connection lost ({detail})")
     if state in ("42P01", "42883", "42703"):
         return SchemaError(f"the schema is missing or out of date ({detail})",
                            hint="run `leasectl migrate`")

@@ -9,7 +9,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from console.db.connect import Conn, connect, run
+import psycopg
+
+from console.db.connect import Conn, connect, ping, run, translate_error
 from console.db.migrate import check_compatible
 from console.db.reads import db_info
 from console.shared.config import CONSOLE_LIMITS, SessionLimits
@@ -80,19 +82,49 @@ class ConsoleSession:
         return self.info.database if self.info else "?"
 
     def read(self, fn: Callable[[Conn], T]) -> T:
+        """Run a read (fn must change nothing: it may run twice). A connection that died while idle
+        -- a server restart, pg_terminate_backend -- is found dead only when used: the read then
+        runs once more on a fresh connection, so that a database that is back is not reported
+        unreachable. A fresh connection that fails is an outage: DatabaseUnavailable."""
         with self._read_lock:
-            return self._use("_read", fn, for_actions=False)
+            reused = self._usable(self._read)
+            try:
+                return self._use("_read", fn, for_actions=False)
+            except DatabaseUnavailable as exc:
+                if not reused:
+                    raise
+                log.info("the read connection was dead (%s); reading again on a fresh one", exc)
+                return self._use("_read", fn, for_actions=False)
 
     def act(self, fn: Callable[[Conn], T]) -> T:
+        """Run an action. It is never sent twice: a connection that is reused is first asked
+        whether it is alive (meta/ping, one round trip) and made again if not -- nothing of the
+        action has left yet, so that is the one retry. If the connection dies once the action was
+        sent, the action's own transaction says whether it cannot have committed
+        (DatabaseUnavailable: nothing applied) or may have (OutcomeUnknown: look at the journal)."""
         if self.read_only_reason:
             raise ReadOnlySession(f"refused: this console is read-only ({self.read_only_reason})")
         with self._act_lock:
+            conn = self._act
+            if conn is not None and self._usable(conn):
+                try:
+                    ping(conn)
+                except DatabaseUnavailable as exc:
+                    log.info("the action connection was dead (%s); the action goes on a fresh one", exc)
+                    self._drop("_act")
             return self._use("_act", fn, for_actions=True)
 
+    @staticmethod
+    def _usable(conn: Conn | None) -> bool:
+        return conn is not None and not conn.closed and not conn.broken
+
     def _use(self, attr: str, fn: Callable[[Conn], T], *, for_actions: bool) -> T:
-        """Run fn on that connection (made again if it is gone); drop it when the database went away."""
+        """Run fn on that connection (made again if it is gone); drop it when the database went
+        away. A driver error from outside `run` (a transaction's BEGIN or COMMIT) that says the
+        connection was lost is translated here: whoever called sees DatabaseUnavailable, never
+        psycopg's AdminShutdown or "server closed the connection"."""
         conn = getattr(self, attr)
-        if conn is None or conn.closed or conn.broken:
+        if not self._usable(conn):
             conn = self._connect(for_actions=for_actions)
             setattr(self, attr, conn)
         try:
@@ -100,6 +132,13 @@ class ConsoleSession:
         except DatabaseUnavailable:
             self._drop(attr)
             raise
+        except psycopg.Error as exc:
+            error = translate_error(exc, "the console")
+            if isinstance(error, DatabaseUnavailable) or not self._usable(conn):
+                self._drop(attr)
+            if isinstance(error, DatabaseUnavailable):
+                raise error from exc
+            raise  # any other driver error is a bug of ours: it stays what it is
 
     def _drop(self, attr: str) -> None:
         conn = getattr(self, attr)

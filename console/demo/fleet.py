@@ -63,6 +63,14 @@ GRANTS: list[tuple[str, str, str, str, float]] = [
 MODELS = [("gpt-5.1", "openai"), ("claude-sonnet-4.6", "anthropic"), ("gemini-3-pro", "google")]
 
 
+class WorkerDied(BaseException):
+    """A simulated worker dies in its handler (a killed pod). A BaseException, so that nothing of
+    the reference worker takes it for a tool's failure: no result, no failure, no cancel is
+    written; it leaves Worker.run through its `finally`, which closes the worker's connections,
+    and the thread ends. (Parking the thread instead, as the demo once did, kept both of its
+    connections open for the demo's life: two per death, until the server had none left.)"""
+
+
 @dataclass
 class Receivers:
     search: FencedReceiver = field(default_factory=lambda: FencedReceiver("search-api", verifiable=True))
@@ -156,7 +164,14 @@ class Fleet:
 
     def _start_worker(self, name: str, tools: list[str]) -> None:
         worker = Worker(self.dsn, name, self._handler, tools=tools, poll_interval=0.25)
-        thread = threading.Thread(target=worker.run, args=(self.stop,), daemon=True, name=name)
+
+        def live() -> None:
+            try:
+                worker.run(self.stop)
+            except WorkerDied:
+                pass  # Worker.run closed its connections on the way out, as a killed process's end
+
+        thread = threading.Thread(target=live, daemon=True, name=name)
         with self._lock:
             self.workers.append(worker)
         thread.start()
@@ -525,8 +540,7 @@ class Fleet:
         timer = threading.Timer(self.seconds(45), self._start_worker, args=(replacement, ["erp_update_order"]))
         timer.daemon = True
         timer.start()
-        self.stop.wait()  # never returns while the demo runs
-        raise ToolFailed("the demo is stopping", retryable=True)
+        raise WorkerDied(ctx.worker_id)
 
     def _partitioned_search(self, ctx: CallContext) -> Any:
         """Cut off from the database mid-call, while the search still answers; by the time the

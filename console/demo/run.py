@@ -17,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 from console.db.connect import connect, run, run_one
 from console.db.migrate import migrate
 from console.demo.fleet import Fleet
+from console.shared.dsn import masked_dsn
 from console.shared.errors import BadInput
 
 
@@ -77,8 +78,10 @@ def run_demo(options: DemoOptions, say: Announcer, open_console: Callable[[str],
     with connect(dsn) as conn:
         fleet.prepare(conn)
     fleet.start()
-    say(f"fleet running (seed {options.seed}, tempo {options.tempo}); database: {dsn}")
-    say(f"in another terminal:  leasectl --dsn '{dsn}'")
+    # the embedded server's DSN has no password (it pastes as it is); one given with --dsn is masked
+    shown = masked_dsn(dsn)
+    say(f"fleet running (seed {options.seed}, tempo {options.tempo}); database: {shown}")
+    say(f"in another terminal:  leasectl --dsn '{shown}'")
     if say.log_path is not None:
         say(f"the fleet's log: {say.log_path}")
     try:

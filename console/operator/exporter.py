@@ -17,32 +17,36 @@ wake the on-call engineer.
 * The database unreachable at scrape time: HTTP 200 with `leasectl_up 0` and no other series
   (like postgres_exporter's pg_up): Prometheus' own `up` then still says the exporter answers,
   and an alert on `leasectl_up == 0` says the database is what is down. Nothing stale is served
-  as if it were fresh.
+  as if it were fresh: a scrape answered from the cache first asks the database whether it is
+  there (meta/ping, one round trip), so `leasectl_up` is the truth of that scrape, never of an
+  earlier one; and the values carry `leasectl_data_age_seconds` (0 when read for this scrape).
+* Idle connections cost a file descriptor, not a thread (ParkingWSGIServer, below).
 * Call ids and owners never become labels: tool, model, provider, state, side_effect, cause.
 """
 
 from __future__ import annotations
 
 import logging
+import selectors
 import socket
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer
 
 from console.db import metrics
-from console.db.connect import Conn, connect, run, translate_error
+from console.db.connect import Conn, connect, ping, run, translate_error
 from console.db.migrate import check_compatible
 from console.shared.config import METRICS_CACHE_SECONDS, METRICS_LISTEN
-from console.shared.errors import BadInput, LeasectlError, PermissionDenied, ReadOnlySession
+from console.shared.errors import BadInput, DatabaseUnavailable, LeasectlError, PermissionDenied, ReadOnlySession
 from console.shared.metrics import Scrape, TotalRow
 from console.shared.text import sanitize
 
@@ -70,8 +74,8 @@ HISTOGRAMS = {
                       "From the claim to the journaled start of the external request (tool_request_started)."),
 }
 GAUGES = {
-    "leasectl_up": ("1 when the last read of the database succeeded, 0 when it did not (then nothing else "
-                    "is reported).", []),
+    "leasectl_up": ("1 when this scrape reached the database (its read, or a ping when the values come from the "
+                    "cache), 0 when it did not (then nothing else is reported).", []),
     "leasectl_calls": ("Calls not finished, by tool and state (queued, running, cancel_requested, "
                        "outcome_unknown).", ["tool", "state"]),
     "leasectl_oldest_heartbeat_age_seconds": ("Age of the stalest heartbeat among calls holding a lease.",
@@ -84,6 +88,10 @@ GAUGES = {
     "leasectl_outcome_unknown_calls": ("Calls waiting in outcome_unknown for a human: a side effect may "
                                        "have happened.", ["tool", "side_effect"]),
 }
+# not from a read: how old the values of this answer are (a scrape within the cache gets them again)
+AGE = ("leasectl_data_age_seconds", "Seconds since the database read these values come from: 0 when read for "
+                                    "this scrape, more when served from the exporter's cache (--cache-seconds). "
+                                    "leasectl_up is 1 only when this very scrape reached the database.")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -113,26 +121,40 @@ class Database:
         self._conn: Conn | None = None
         self._lock = threading.Lock()
 
-    def use(self, fn: Callable[[Conn], Any]) -> Any:
+    def use(self, fn: Callable[[Conn], Any], *, idempotent: bool = False) -> Any:
+        """fn on the connection (made again if it is gone). With `idempotent` (a read), a
+        connection that was reused and turns out dead -- a server restart or pg_terminate_backend
+        while it sat idle -- is made again and fn runs once more: a database that answers a fresh
+        connection is up, whatever happened to the old one."""
         with self._lock:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                conn = connect(self.dsn, read_only=self.read_only, application_name=self.application_name)
-                try:
-                    if self.read_only:
-                        run(conn, "meta/assume_auditor")
-                    check_compatible(conn)
-                except BaseException:
-                    conn.close()
-                    raise
-                self._conn = conn
+            reused = self._conn is not None and not self._conn.closed and not self._conn.broken
             try:
-                return fn(self._conn)
-            except LeasectlError:
-                self._drop()
+                return self._run(fn)
+            except DatabaseUnavailable as exc:
+                if not (idempotent and reused):
+                    raise
+                log.info("the exporter's connection was dead (%s); reading again on a fresh one", sanitize(str(exc)))
+                return self._run(fn)
+
+    def _run(self, fn: Callable[[Conn], Any]) -> Any:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            conn = connect(self.dsn, read_only=self.read_only, application_name=self.application_name)
+            try:
+                if self.read_only:
+                    run(conn, "meta/assume_auditor")
+                check_compatible(conn)
+            except BaseException:
+                conn.close()
                 raise
-            except psycopg.Error as exc:  # a transaction's BEGIN or COMMIT on a connection that broke
-                self._drop()
-                raise translate_error(exc, "the metrics read") from exc
+            self._conn = conn
+        try:
+            return fn(self._conn)
+        except LeasectlError:
+            self._drop()
+            raise
+        except psycopg.Error as exc:  # a transaction's BEGIN or COMMIT on a connection that broke
+            self._drop()
+            raise translate_error(exc, "the metrics read") from exc
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -238,6 +260,7 @@ def _le(bound: float) -> str:
 def empty_families() -> list[Metric]:
     """The families without samples: what describe() answers (registration never queries)."""
     return [*(GaugeMetricFamily(name, doc, labels=labels) for name, (doc, labels) in GAUGES.items()),
+            GaugeMetricFamily(*AGE),
             *(CounterMetricFamily(name, doc, labels=CALL_LABELS) for name, doc in COUNTERS.values()),
             CounterMetricFamily("leasectl_db_timeouts", "Database errors by cause.", labels=["cause"]),
             *(HistogramMetricFamily(name, doc, labels=CALL_LABELS) for name, doc in HISTOGRAMS.values())]
@@ -245,15 +268,20 @@ def empty_families() -> list[Metric]:
 
 class LeasectlCollector:
     """Reads on scrape, at most once per `cache_seconds` (failures are cached too: a dead database
-    is not hammered by a burst of scrapes)."""
+    is not hammered by a burst of scrapes). A scrape answered from cached values first calls
+    `alive` (a round trip, no table read): if the database does not answer, that scrape says
+    `leasectl_up 0` and nothing else, and that failure is what the cache holds from then on.
+    Cached values carry their age (leasectl_data_age_seconds)."""
 
-    def __init__(self, read: Callable[[], Scrape], *, cache_seconds: float = CACHE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, read: Callable[[], Scrape], *, alive: Callable[[], object] | None = None,
+                 cache_seconds: float = CACHE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self._read = read
+        self._alive = alive
         self.cache_seconds = cache_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._cached: tuple[float, list[Metric]] | None = None
+        # when the answer was made, its families, and whether the database answered it
+        self._cached: tuple[float, list[Metric], bool] | None = None
         self._highest: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self.reads = 0
         self.last_error: str | None = None
@@ -265,28 +293,41 @@ class LeasectlCollector:
         with self._lock:  # scrapes that arrive together wait for the one read in flight
             now = self._clock()
             if self._cached is None or now - self._cached[0] >= self.cache_seconds:
-                self._cached = (now, self._families())
-            return iter(self._cached[1])
+                self._cached = (now, *self._families())
+            elif self._cached[2] and self._alive is not None:
+                try:
+                    self._alive()
+                except Exception as exc:  # noqa: BLE001 - whatever failed, the database did not answer
+                    self._cached = (now, self._down(exc), False)
+            made, families, answered = self._cached
+            if not answered:
+                return iter(families)
+            age = GaugeMetricFamily(*AGE)
+            age.add_metric([], max(now - made, 0.0))
+            return iter([*families, age])
 
-    def _families(self) -> list[Metric]:
+    def _families(self) -> tuple[list[Metric], bool]:
         self.reads += 1
         try:
             scrape = self._read()
-        except Exception as exc:  # whatever failed, the answer is leasectl_up 0, never a 500
-            if not isinstance(exc, LeasectlError):
-                log.exception("the metrics read failed unexpectedly")
-            elif self.last_error != str(exc):
-                log.warning("database read failed, reporting leasectl_up 0: %s", sanitize(str(exc)))
-            self.last_error = str(exc)
-            up = GaugeMetricFamily("leasectl_up", GAUGES["leasectl_up"][0])
-            up.add_metric([], 0)
-            return [up]
+        except Exception as exc:  # noqa: BLE001 - whatever failed (logged in _down): leasectl_up 0, never a 500
+            return self._down(exc), False
         if self.last_error is not None:
             log.warning("database answers again")
         self.last_error = None
         families = families_of(scrape)
         self._never_backwards(families)
-        return families
+        return families, True
+
+    def _down(self, exc: Exception) -> list[Metric]:
+        if not isinstance(exc, LeasectlError):
+            log.error("the metrics read failed unexpectedly", exc_info=exc)
+        elif self.last_error != str(exc):
+            log.warning("database read failed, reporting leasectl_up 0: %s", sanitize(str(exc)))
+        self.last_error = str(exc)
+        up = GaugeMetricFamily("leasectl_up", GAUGES["leasectl_up"][0])
+        up.add_metric([], 0)
+        return [up]
 
     def _never_backwards(self, families: Iterable[Metric]) -> None:
         """A counter's sample (a total, a bucket, a sum, a count) is never less than one reported
@@ -373,9 +414,135 @@ class Folder(threading.Thread):
 # ----------------------------------------------------------------------------- HTTP
 
 
+REQUEST_THREADS = 4  # requests answered at once; the collector reads one at a time anyway
+REQUEST_TIMEOUT_SECONDS = 10.0  # for the rest of a request once its first bytes came
+IDLE_SECONDS = 60.0  # a connection silent this long is closed
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT_SECONDS  # StreamRequestHandler sets it on the socket: a stalled request ends
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
+
+
+def _parking_limit() -> int:
+    """How many idle connections may wait: well under the process's file-descriptor limit, so that
+    a flood of them never stops the exporter from accepting (or the database from connecting)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(16, min(1024, soft // 2))
+
+
+class ParkingWSGIServer(WSGIServer):
+    """The HTTP server of /metrics: an idle connection costs a file descriptor, not a thread.
+
+    Why not prometheus_client's own server (ThreadingWSGIServer, what start_http_server uses): it
+    starts a thread per accepted connection, and that thread blocks reading a request that may
+    never come -- idle sockets from a load balancer's pool, a port scanner or a slowloris held one
+    thread each (1,500 idle sockets: 1,502 threads). A bounded pool alone would not do either:
+    its threads would all wait on idle sockets while a real scrape queued behind them.
+
+    So one thread (serve_forever) accepts connections and parks them in a selector until bytes
+    arrive; only then does one of REQUEST_THREADS threads read and answer the request, with
+    wsgiref's handler and prometheus_client's WSGI app unchanged (content negotiation, gzip,
+    name[] filters) and a read timeout, so a request that stalls halfway frees its thread. A
+    connection silent for `idle_seconds` is closed, and when `max_parked` wait the oldest goes.
+    Standard library only (selectors, concurrent.futures): no new dependency."""
+
+    idle_seconds = IDLE_SECONDS
+    # the listen backlog: socketserver's 5 makes a burst of connections wait on TCP's one-second
+    # retransmission when this thread is slow to be scheduled
+    request_queue_size = 128
+
+    def __init__(self, server_address: Any, handler_class: Any, bind_and_activate: bool = True) -> None:
+        # before the bind: a port in use makes socketserver call server_close() from __init__
+        self.max_parked = _parking_limit()
+        self._pool = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="leasectl-exporter-request")
+        self._parked: dict[socket.socket, tuple[Any, float]] = {}  # connection -> (client, parked since)
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        super().__init__(server_address, handler_class, bind_and_activate)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._stopped.clear()
+        try:
+            with selectors.DefaultSelector() as selector:
+                self.socket.setblocking(False)  # a client gone before it is accepted must not block this thread
+                selector.register(self.socket, selectors.EVENT_READ)
+                while not self._stopping.is_set():
+                    for key, _ in selector.select(min(poll_interval, self.idle_seconds)):
+                        if key.fileobj is self.socket:
+                            self._accept(selector)
+                        else:
+                            self._dispatch(selector, key.fileobj)  # type: ignore[arg-type]
+                    self._close_idle(selector)
+                for conn in list(self._parked):
+                    self._unpark(selector, conn)
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        try:
+            conn, client = self.socket.accept()
+        except BlockingIOError:
+            return
+        except OSError as exc:  # out of file descriptors, say: make room, and never spin on it
+            log.warning("cannot accept a connection: %s", exc)
+            if self._parked:
+                self._unpark(selector, min(self._parked, key=lambda c: self._parked[c][1]))
+            else:
+                self._stopping.wait(0.1)
+            return
+        conn.setblocking(True)
+        if len(self._parked) >= self.max_parked:
+            self._unpark(selector, min(self._parked, key=lambda c: self._parked[c][1]))
+        self._parked[conn] = (client, time.monotonic())
+        selector.register(conn, selectors.EVENT_READ)
+
+    def _dispatch(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
+        client, _ = self._parked.pop(conn)
+        selector.unregister(conn)
+        try:
+            self._pool.submit(self._answer, conn, client)
+        except RuntimeError:  # the pool is shut down: we are stopping
+            self.shutdown_request(conn)
+
+    def _answer(self, conn: socket.socket, client: Any) -> None:
+        try:
+            self.finish_request(conn, client)
+        except Exception:  # a client that left or stalled: its problem, not a traceback
+            log.debug("request from %s ended early", client, exc_info=True)
+        finally:
+            self.shutdown_request(conn)
+
+    def _unpark(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
+        self._parked.pop(conn, None)
+        try:
+            selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        self.shutdown_request(conn)
+
+    def _close_idle(self, selector: selectors.BaseSelector) -> None:
+        oldest = time.monotonic() - self.idle_seconds
+        for conn in [c for c, (_, since) in self._parked.items() if since <= oldest]:
+            self._unpark(selector, conn)
 
 
 def _app(registry: CollectorRegistry) -> Callable:
@@ -398,7 +565,7 @@ def _app(registry: CollectorRegistry) -> Callable:
 class Exporter:
     """The HTTP server, its collector and the folder, started together, stopped together."""
 
-    server: ThreadingWSGIServer
+    server: ParkingWSGIServer
     collector: LeasectlCollector
     folder: Folder | None
     stop_event: threading.Event
@@ -428,10 +595,11 @@ def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, ca
     """Listen on HOST:PORT and serve /metrics; `fold_every=None` leaves the rollup alone."""
     host, port = parse_listen(listen)
     reads = Database(dsn, read_only=read_only)
-    collector = LeasectlCollector(lambda: reads.use(metrics.scrape), cache_seconds=cache_seconds)
+    collector = LeasectlCollector(lambda: reads.use(metrics.scrape, idempotent=True),
+                                  alive=lambda: reads.use(ping, idempotent=True), cache_seconds=cache_seconds)
     registry = make_registry(collector)
 
-    class Server(ThreadingWSGIServer):
+    class Server(ParkingWSGIServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
     try:

@@ -40,6 +40,25 @@ Ownership, from job_events only (the current row is never consulted):
                       `enqueued`: a change without its event
   illegal_transition  a state change the state machine of migrations/0001 forbids
   unreadable          an ownership event whose previous lease is not a time
+  wrong_login         an event its database login (`db_role`) may not have written (below)
+
+Who wrote each event (`db_role`, the session's login, stamped by the database since migration 0005)
+is held against its kind, so that a forgery that slips past some future hole in the triggers is
+still caught. Each login is judged by what it is *now*: a *worker login* has the privileges of
+leasectl_worker and not those of leasectl_operator nor leasectl_supervisor, is no superuser and
+does not own job_events. A worker login may not have written
+
+  * an operator kind (`operator_*`): only the operator statements journal those;
+  * a `claimed` or `reclaimed` to an owner id that is not its own: `<login>` or `<login>:<name>`;
+  * a report (any kind the database does not write itself: not enqueued, claimed, reclaimed,
+    state_changed, fenced, side_effect_started, nor the trigger's tool_request_started, which
+    carries the state columns) in a name that is not its own;
+  * a `state_changed` out of `outcome_unknown`: only a human leaves it;
+  * a `fenced`: only an operator's forced mark-terminal or the control plane fences.
+
+An event with no db_role was written before 0005: it cannot be checked, and verify says how many.
+A db_role that is no longer a role is an *unknown login*: counted and named, not a violation (a
+login dropped since is no forgery), but its events are no longer checkable either.
 """
 
 from __future__ import annotations
@@ -49,7 +68,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -65,6 +84,9 @@ GRANT_KINDS = ("claimed", "reclaimed")
 # the start of an external request, as the trigger journals it (before 0005: side_effect_started)
 REQUEST_KINDS = ("tool_request_started", "side_effect_started")
 OPERATOR_KINDS = ("operator_cancel", "operator_mark_terminal", "operator_approve_retry", "operator_action_failed")
+# the kinds only the database writes (the tool_jobs triggers); the trigger's tool_request_started
+# is told from a worker's report of the same name by its state columns (a report has none: LCH03)
+DATABASE_KINDS = ("enqueued", *CHANGE_KINDS, "side_effect_started")
 SHUTDOWN_KINDS = ("shutdown_requested", "shutdown_refused")
 
 AuditAction = Literal["cancel", "mark_terminal", "approve_retry", "drain", "abort"]
@@ -73,9 +95,15 @@ ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain",
 OUTCOMES: tuple[str, ...] = ("applied", "refused", "failed")
 ExportFormat = Literal["jsonl", "csv"]
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "csv")
-# the columns of `audit export`, in order (the contract); --with-db-role adds db_role at the end
+# the columns of `audit export`, in order (the contract); every export appends EXPORT_ADDED after them
 EXPORT_COLUMNS: tuple[str, ...] = ("id", "job_id", "at", "kind", "actor", "fencing_token", "state_from", "state_to",
                                    "owner_from", "owner_to", "lease_until", "details")
+# what the contract's columns left out: an operator's reason and request, and the login that wrote the row
+EXPORT_ADDED: tuple[str, ...] = ("reason", "request_id", "db_role")
+EXPORT_KEYS: tuple[str, ...] = (*EXPORT_COLUMNS, *EXPORT_ADDED)
+# `audit export --fleet`: fleet_events rows (drains, aborts, refusals, state changes, grants)
+FLEET_EXPORT_KEYS: tuple[str, ...] = ("id", "at", "kind", "actor", "agent_id", "shutdown_id", "grant_id", "reason",
+                                      "request_id", "db_role", "details")
 
 # how a stretch of ownership ended (`ended_by`)
 ENDINGS: dict[str, str] = {
@@ -99,6 +127,7 @@ RULES: dict[str, str] = {
     "missing_event": "a change without its event: the history does not continue where it left the call",
     "illegal_transition": "a state change the state machine forbids",
     "unreadable": "an event's previous lease is not a time",
+    "wrong_login": "a worker login wrote what only the database, an operator or its own name may",
 }
 
 # the state machine of migrations/0001 (leasectl_tool_jobs_guard): what may follow what
@@ -179,6 +208,9 @@ class Violation(Row):
     rule: str
     event_ids: list[int]
     why: str
+    # wrong_login: the event's kind and the login that wrote it (null for the replay's rules)
+    kind: str | None = None
+    db_role: str | None = None
 
 
 class OwnerAt(Row):
@@ -237,13 +269,25 @@ class OperatorAction(Row):
     details: dict[str, Any] = {}
     source: Literal["call", "fleet"] = "call"
     event_id: int = 0
+    db_role: str | None = None  # the login that wrote the journal row; `operator` is the name it gave
 
     CONTRACT: tuple[str, ...] = ("at", "operator", "action", "outcome", "job_id", "agent_id", "reason", "request_id",
                                  "fencing_token", "details")
+    # what `audit actions --json` and the journal's export write: the contract's keys, then db_role
+    KEYS: ClassVar[tuple[str, ...]] = (*CONTRACT, "db_role")
 
     def contract(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", include=set(self.CONTRACT))
         return {key: data[key] for key in self.CONTRACT}
+
+    def record(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", include=set(self.KEYS))
+        return {key: data[key] for key in self.KEYS}
+
+
+class LoginCount(Row):
+    db_role: str
+    events: int
 
 
 class VerifyReport(Row):
@@ -254,6 +298,12 @@ class VerifyReport(Row):
     violations: list[Violation]
     checked_at: datetime | None = None
     seconds: float = 0.0
+    # each event's login held against its kind (wrong_login): how many came from worker logins and
+    # were checked, how many carry no login (written before migration 0005: not checkable), and the
+    # logins that are no longer roles (not checkable either; not a violation)
+    worker_events: int = 0
+    without_login: int = 0
+    unknown_logins: list[LoginCount] = []
 
 
 class ExportSummary(Row):
@@ -284,6 +334,41 @@ class JobAsOf(JobSummary):
     deadline_at) never change (LCS05) and are read from tool_jobs."""
 
     as_of: datetime
+
+
+# ----------------------------------------------------------------------------- who wrote it
+
+
+def bound_to(name: str | None, login: str | None) -> bool:
+    """Whether `name` is `login`'s own: the login itself or `<login>:<anything>`, the database's rule
+    for a worker id (leasectl_worker_id_bound, migrations/0005)."""
+    return name is not None and login is not None and (name == login or name.startswith(login + ":"))
+
+
+def written_by_the_database(kind: str, state_from: str | None, state_to: str | None) -> bool:
+    return kind in DATABASE_KINDS or (kind in REQUEST_KINDS and (state_from is not None or state_to is not None))
+
+
+def login_violation(kind: str, actor: str | None, owner_to: str | None, state_from: str | None,
+                    state_to: str | None, login: str) -> str | None:
+    """Why a *worker login* could not have written this event honestly (the module's words), or None."""
+    if kind.startswith("operator_"):
+        return (f"worker login {sanitize(login)} wrote the operator event {sanitize(kind)}: only the operator "
+                "statements journal an operator's action")
+    if kind in GRANT_KINDS and not bound_to(owner_to, login):
+        return (f"worker login {sanitize(login)} wrote {kind} to owner {sanitize(owner_to or 'none', max_chars=80)}: "
+                f"a worker login is granted calls only as {sanitize(login)} or {sanitize(login)}:<name>")
+    if kind == "state_changed" and state_from == "outcome_unknown":
+        return (f"worker login {sanitize(login)} moved the call out of outcome_unknown (to "
+                f"{sanitize(state_to or 'none')}): only a human's approve retry or mark terminal leaves it")
+    if kind == "fenced":
+        return (f"worker login {sanitize(login)} fenced the call: only an operator's forced mark terminal or "
+                "the control plane fences an owner out")
+    if not written_by_the_database(kind, state_from, state_to) and not bound_to(actor, login):
+        return (f"worker login {sanitize(login)} reported {sanitize(kind, max_chars=60)} in the name of "
+                f"{sanitize(actor or 'nobody', max_chars=80)}: a worker reports only as {sanitize(login)} or "
+                f"{sanitize(login)}:<name>")
+    return None
 
 
 # ----------------------------------------------------------------------------- the replay

@@ -36,6 +36,12 @@ class DatabaseUnavailable(LeasectlError):
     """Cannot connect, or the connection was lost."""
 
 
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection was lost while an action was being committed: the server may have committed
+    it and died before saying so. Never sent again on its own (the journal says what happened);
+    still an outage, so whatever shows "database unreachable" shows it for this one too."""
+
+
 class RowLocked(LeasectlError):
     """lock_timeout: another transaction holds the row. Distinct from a slow statement."""
 

@@ -8,6 +8,13 @@ key. An unknown key is an error that shows the grammar: a filter that silently m
 would be a false all-clear at 02:00. The same filter is evaluated by SQL (queries/views/jobs.sql,
 the Calls screen and the CLI) and in memory (`matches`, for Triage and Approvals): a test keeps
 the two in agreement.
+
+Empty filters. For a read, no filter means every call: the console's `/` cleared, `leasectl jobs`
+with no option. For an action it never does: `--where "$FILTER"` with FILTER unset once approved a
+retry of an unverifiable payment, so an action's filter goes through `parse_selection`, which
+refuses an empty or blank one (bad input, exit 2, before anything is read or sent). And a named
+option given an empty value (`jobs --tool "$TOOL"`) is bad input for a read as well
+(`filter_from_options`): `--key ''` would list every call and `--tool ''` none, both silently.
 """
 
 from __future__ import annotations
@@ -158,6 +165,34 @@ def parse_filter(text: str) -> JobFilter:
     except ValidationError as exc:
         message = exc.errors()[0]["msg"].removeprefix("Value error, ")
         raise BadInput(message, hint=grammar()) from None
+
+
+def parse_selection(text: str | None, *, option: str = "--where") -> JobFilter:
+    """The filter of an action (cancel, mark terminal, approve a retry of every call it selects).
+    Empty or blank is bad input, never "every call": nothing is read, sent or journaled."""
+    if text is None or not text.strip():
+        raise BadInput(f"{option} is empty (an unset variable?): an action acts only on the calls a filter names, "
+                       "never on every call. Nothing was changed", hint=grammar())
+    selected = parse_filter(text)
+    if selected.empty:  # every token names something: unreachable, and kept so
+        raise BadInput(f"{option} '{sanitize(text, max_chars=60)}' selects every call: name what to act on",
+                       hint=grammar())
+    return selected
+
+
+def filter_from_options(options: dict[str, str | None]) -> JobFilter:
+    """A read's filter from named options (`leasectl jobs --tool X --state Y`), keyed by option:
+    an option left out filters nothing; one given an empty value is bad input."""
+    fields = {"--state": "state", "--tool": "tool", "--owner": "owner", "--agent": "agent", "--key": "key_prefix",
+              "--health": "health"}
+    for name, value in options.items():
+        if value is not None and not value.strip():
+            raise BadInput(f"{name} is empty (an unset variable?): give a value, or leave {name} out to list "
+                           "every call")
+    try:
+        return JobFilter(**{fields[name]: value for name, value in options.items()})
+    except ValidationError as exc:
+        raise BadInput(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
 
 
 # ----------------------------------------------------------------------------- the fleet's lists

@@ -93,8 +93,9 @@ def deadline_urgency(left: float | None) -> Urgency:
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """'1 agent', '3 agents': at 02:00 nobody should have to parse 'agent(s)'."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+    """'1 agent', '3 agents', '1,000 calls': at 02:00 nobody should have to parse 'agent(s)'. The
+    one way every count in words is said, in the console and the CLI alike."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def format_seconds(seconds: float | None, *, signed: bool = False) -> str:

@@ -8,6 +8,8 @@
 --   a shutdown's agent is the subtree's root; job_id selects calls only (a shutdown is no call's).
 --   Served by job_events_operator_idx / fleet_events_operator_idx (actor, at) for one operator,
 --   job_events_notable_idx and fleet_events_operator_at_idx (at) otherwise (migration 0007).
+--   db_role is the login that wrote the row (null before migration 0005); operator is the name it
+--   gave. A null limit is no limit: the Audit screen's export of the journal streams every row.
 -- Zero rows: no operator action matches.
 -- Parameters: operator, job_id, agent, action, outcome, since, until, limit
 with calls as (
@@ -16,7 +18,8 @@ with calls as (
                 else substr(e.kind, 10) end as action,
            case when e.kind = 'operator_action_failed' then 'failed'
                 else e.details ->> 'outcome' end as outcome,
-           e.job_id, j.agent_id, e.reason, e.request_id, e.fencing_token, e.details, 'call' as source
+           e.job_id, j.agent_id, e.reason, e.request_id, e.fencing_token, e.details, 'call' as source,
+           e.db_role
     from job_events e
     left join tool_jobs j on j.id = e.job_id
     where e.kind in ('operator_cancel', 'operator_mark_terminal', 'operator_approve_retry',
@@ -40,7 +43,7 @@ fleet as (
            case when f.kind = 'shutdown_requested' then 'applied' else 'refused' end as outcome,
            null::uuid as job_id, f.agent_id, f.reason, f.request_id, null::bigint as fencing_token,
            f.details || jsonb_strip_nulls(jsonb_build_object('shutdown_id', f.shutdown_id)) as details,
-           'fleet' as source
+           'fleet' as source, f.db_role
     from fleet_events f
     where f.kind in ('shutdown_requested', 'shutdown_refused')
       and :job_id::uuid is null

@@ -28,7 +28,7 @@ from console.db import actions, reads
 from console.db import audit as audit_db
 from console.db.connect import lines_as, run
 from console.operator.cli import app
-from console.shared.audit import EXPORT_COLUMNS, AuditFilter, JobAsOf, parse_audit_filter
+from console.shared.audit import EXPORT_COLUMNS, EXPORT_KEYS, AuditFilter, JobAsOf, parse_audit_filter
 from console.shared.errors import BadInput, RowLocked
 from console.shared.files import atomic_write
 from console.shared.filters import JobFilter
@@ -261,7 +261,7 @@ def test_actions_across_calls_and_shutdowns_with_combined_filters(cli, db):
     mark_terminal(conn, a["id"], "cancel_requested", 1, "failed", force=True, operator="alice", reason="hung")
 
     everything = js(invoke("audit", "actions", "--json"))
-    assert all(list(r) == ACTION_KEYS for r in everything), "exactly the contract's keys"
+    assert all(list(r) == [*ACTION_KEYS, "db_role"] for r in everything), "the contract's keys, then the login"
     assert [(r["operator"], r["action"], r["outcome"]) for r in everything] == [
         ("alice", "mark_terminal", "applied"), ("dana", "abort", "refused"), ("dana", "drain", "applied"),
         ("carol", "mark_terminal", "failed"), ("bob", "cancel", "refused"), ("alice", "cancel", "applied")]
@@ -322,7 +322,8 @@ def test_export_jsonl_and_csv_keys_types_and_order(cli, tmp_path):
     jsonl = invoke("audit", "export")
     assert jsonl.exit_code == 0, jsonl.output
     rows = [json.loads(line) for line in jsonl.stdout.splitlines()]
-    assert len(rows) == total and all(list(r) == list(EXPORT_COLUMNS) for r in rows)
+    assert len(rows) == total and all(list(r) == list(EXPORT_KEYS) for r in rows)
+    assert EXPORT_KEYS[:len(EXPORT_COLUMNS)] == EXPORT_COLUMNS, "the contract's keys first, in its order"
     assert [r["id"] for r in rows] == sorted(r["id"] for r in rows), "oldest first"
     assert [r["at"] for r in rows] == sorted(r["at"] for r in rows)
     claimed = next(r for r in rows if r["kind"] == "claimed")
@@ -330,15 +331,14 @@ def test_export_jsonl_and_csv_keys_types_and_order(cli, tmp_path):
     assert isinstance(claimed["details"], dict) and claimed["details"]["attempt"] == 1
     assert claimed["at"].endswith("Z") and claimed["lease_until"].endswith("Z"), "times with their zone"
     assert jsonl.stderr == "", "nothing extra when not on a terminal"
-    with_role = [json.loads(line) for line in invoke("audit", "export", "--with-db-role").stdout.splitlines()]
-    assert list(with_role[0]) == [*EXPORT_COLUMNS, "db_role"] and with_role[0]["db_role"]
+    assert all(r["db_role"] for r in rows)
 
     target = tmp_path / "history.csv"
     written = invoke("audit", "export", "--format", "csv", "--output", str(target))
     assert written.exit_code == 0 and f"wrote {total} events" in written.output
     with target.open(newline="") as f:
         table = list(csv.reader(f))
-    assert table[0] == list(EXPORT_COLUMNS) and len(table) == total + 1
+    assert table[0] == list(EXPORT_KEYS) and len(table) == total + 1
     assert json.loads(table[2][EXPORT_COLUMNS.index("details")]) == rows[1]["details"], "details as JSON text"
     assert [int(r[0]) for r in table[1:]] == [r["id"] for r in rows]
     assert not list(tmp_path.glob(".*partial")), "no temporary file left behind"

@@ -127,7 +127,10 @@ async def test_e_exports_the_current_filter_through_the_dialog(history, tmp_path
         await pilot.press("escape")
     lines = target.read_text().splitlines()
     assert lines[0].startswith("id,job_id,at,kind,actor,fencing_token")
+    assert lines[0].endswith(",details,reason,request_id,db_role"), "the login that wrote each row, too"
     assert len(lines) == 1 + len(events(conn, reclaimed)) and all(str(reclaimed) in line for line in lines[1:])
+    login = conn.execute("select session_user as u").fetchone()["u"]
+    assert all(line.endswith(f",{login}") for line in lines[1:])
     assert not list(tmp_path.glob(".*partial")), "renamed into place, nothing left behind"
 
 
@@ -144,6 +147,86 @@ async def test_e_exports_jsonl_by_default_and_owner_narrows_it(history, tmp_path
         await settle(pilot, lambda: "WRITTEN" in screen_text(app), timeout=20)
     rows = [json.loads(line) for line in target.read_text().splitlines()]
     assert rows and all("w-old" in (r["owner_to"], r["owner_from"], r["actor"]) for r in rows)
+    assert all(list(r)[-3:] == ["reason", "request_id", "db_role"] and r["db_role"] for r in rows)
+
+
+async def test_e_on_the_journal_exports_the_journal_rows_the_filter_selects(history, tmp_path):
+    """What the journal view shows, not every event: its rows, with the keys of `audit actions
+    --json` and the login; the filter narrows it as it narrows the view."""
+    db, conn, _reclaimed, cancelled = history
+    app = make_app(db.dsn)
+    everything, alice = tmp_path / "journal.jsonl", tmp_path / "alice.csv"
+    async with app.run_test(size=SIZE) as pilot:
+        await open_audit(pilot)
+        await pilot.press("j")
+        await settle(pilot, lambda: "Operator journal" in screen_text(app))
+        await pilot.press("e")
+        await settle(pilot, lambda: "Export the operator journal" in screen_text(app))
+        app.screen.query_one("#export-path", Input).value = str(everything)
+        await pilot.click("#export-go")
+        await settle(pilot, lambda: "WRITTEN" in screen_text(app), timeout=20)
+        assert "2 records" in screen_text(app)
+        await pilot.press("escape")
+        await open_audit(pilot, "operator:alice")
+        await settle(pilot, lambda: len(table(app, "#audit-journal").row_keys) == 1)
+        await pilot.press("e")
+        await settle(pilot, lambda: "Export the operator journal" in screen_text(app))
+        app.screen.query_one("#export-path", Input).value = str(alice)
+        app.screen.query_one("#export-format", Select).value = "csv"
+        await pilot.click("#export-go")
+        await settle(pilot, lambda: "WRITTEN" in screen_text(app), timeout=20)
+    keys = ["at", "operator", "action", "outcome", "job_id", "agent_id", "reason", "request_id", "fencing_token",
+            "details", "db_role"]
+    rows = [json.loads(line) for line in everything.read_text().splitlines()]
+    assert [list(r) for r in rows] == [keys, keys], "the journal's rows, not the events"
+    assert [(r["operator"], r["action"], r["outcome"], r["job_id"]) for r in rows] == [
+        ("bob", "cancel", "refused", str(cancelled)), ("alice", "cancel", "applied", str(cancelled))], "newest first"
+    assert rows[1]["reason"] == "user left" and rows[1]["db_role"] and rows[1]["request_id"]
+    lines = alice.read_text().splitlines()
+    assert lines[0] == ",".join(keys) and len(lines) == 2 and ",alice,cancel,applied," in lines[1]
+
+
+async def test_each_row_names_its_login_and_marks_a_name_that_is_not_its_own(db, pg_server):
+    """Real logins: a worker's own name stands alone (its login in the login column); an operator's
+    name written by an operator login is marked, in the events, the journal and the call's detail."""
+    from console.operator.present.logins import LOGIN_STYLE
+    from tests.helpers import as_login, ensure_login
+
+    worker, operator = "lc_audit_tui_w", "lc_audit_tui_op"
+    with pg_server.admin() as admin:
+        ensure_login(admin, worker, "leasectl_worker")
+        ensure_login(admin, operator, "leasectl_operator")
+    with db.connect() as conn:
+        register_tool(conn, "quick", "read_only", **FAST)
+    with as_login(db, worker) as w, as_login(db, operator) as op:
+        done = enqueue(w, "quick")
+        complete(w, claim(w, f"{worker}:a", ["quick"]), f"{worker}:a")
+        stopped = enqueue(w, "quick")
+        assert cancel(op, stopped["id"], "queued", 0, operator="alice", reason="user left") is not None
+        ids = {e["kind"]: e["id"] for e in events(w, done["id"])}
+        cancel_id = next(e["id"] for e in events(w, stopped["id"]) if e["kind"] == "operator_cancel")
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_audit(pilot)
+        rows = table(app)
+        await settle(pilot, lambda: str(cancel_id) in rows.row_keys)
+        claimed_login = rows.get_cell(str(ids["claimed"]), "login")
+        assert claimed_login is not None and claimed_login.text == worker, "its own name: the login, unmarked"
+        assert rows.get_cell(str(ids["claimed"]), "actor").style != LOGIN_STYLE
+        marked = rows.get_cell(str(cancel_id), "login")
+        assert marked is not None and marked.text == f"≠ {operator}" and marked.style == LOGIN_STYLE
+        assert rows.get_cell(str(cancel_id), "actor").style == LOGIN_STYLE
+        assert "an operator's name that is not that login's own" in screen_text(app)
+        await pilot.press("j")
+        await settle(pilot, lambda: "Operator journal" in screen_text(app))
+        journal = table(app, "#audit-journal")
+        assert journal.get_cell(journal.row_keys[0], "login").text == f"≠ {operator}"
+        journal.focus()
+        await pilot.press("enter")
+        await settle(pilot, lambda: isinstance(app.screen, DetailScreen) and app.screen.loaded_once)
+        await settle(pilot, lambda: "ownership" in screen_text(app))
+        text = screen_text(app)  # the call's operator actions and its history: the decision row, each time
+        assert text.count(f"≠ {operator}") == 2 and "names and logins:" in text, text
 
 
 async def test_enter_opens_the_calls_detail_at_that_event(history):

@@ -10,8 +10,7 @@ from tests.tui.conftest import SIZE, make_app
 
 
 async def test_a_crash_prints_one_line_and_writes_a_log(db, monkeypatch, tmp_path, capfd):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    monkeypatch.setattr("platformdirs.user_log_dir", lambda *a, **k: str(tmp_path / "logs"))
+    monkeypatch.setenv("LEASECTL_LOG_DIR", str(tmp_path / "logs"))
     monkeypatch.delenv("LEASECTL_DEBUG", raising=False)
 
     def broken(self, data):

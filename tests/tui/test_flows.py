@@ -30,7 +30,7 @@ async def open_call(pilot, short_id: str) -> None:
     for ch in f"id:{short_id}":
         await pilot.press(ch)
     await pilot.press("enter")
-    await settle(pilot, lambda: short_id in screen_text(pilot.app) and "1 calls" in screen_text(pilot.app))
+    await settle(pilot, lambda: short_id in screen_text(pilot.app) and "· 1 call" in screen_text(pilot.app))
 
 
 async def type_text(pilot, text: str) -> None:
@@ -39,7 +39,8 @@ async def type_text(pilot, text: str) -> None:
 
 
 async def choose(pilot, option: str) -> None:
-    """Pick an option of the focused Select with the keyboard, as a person does."""
+    """Pick an option of the focused Select with the keyboard, as a person does: the enter that
+    chooses also moves on to the next field."""
     select = pilot.app.focused
     await pilot.press("enter")
     await pilot.pause(0.1)
@@ -105,8 +106,7 @@ async def test_refused_on_stale_token_shows_what_is_true_now(live):
         assert mark_terminal(conn, e["id"], "running", 1, "failed", force=True, operator="erin")
         await type_text(pilot, "looked stuck")
         await pilot.press("enter")  # reason -> the state to mark (nothing preselected)
-        await choose(pilot, "failed")
-        await pilot.press("tab")  # -> force
+        await choose(pilot, "failed")  # -> force
         await pilot.press("tab")  # -> leave
         await pilot.press("tab")  # -> apply
         await pilot.press("enter")
@@ -130,8 +130,7 @@ async def test_mark_terminal_forced_fences_the_owner(live):
         assert "holds a live" in screen_text(app)
         await type_text(pilot, "worker is wedged")
         await pilot.press("enter")
-        await choose(pilot, "failed")
-        await pilot.press("tab")  # on to force
+        await choose(pilot, "failed")  # and on to force
         await pilot.press("enter")  # enter does not tick it: it moves on
         assert not app.screen.query_one("#force").value, "enter never ticks force"
         await pilot.press("shift+tab")

@@ -406,7 +406,7 @@ async def test_an_answer_fetched_under_the_old_filter_is_dropped_not_shown_under
         await pilot.pause(0.1)
         holding.clear()
         gate.set()
-        await settle(pilot, lambda: "state:running" in drawn(app) and "page 1 · 1 calls" in drawn(app))
+        await settle(pilot, lambda: "state:running" in drawn(app) and "page 1 · 1 call ·" in drawn(app))
         await pilot.pause(0.5)
         assert str(running["id"])[:8] in drawn(app)
         assert "left this list" not in drawn(app), "the filter moved the cursor, not the call"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,9 +23,13 @@ class Terminal:
     def __init__(self, command: list[str]) -> None:
         self.name = f"leasectl-test-{uuid.uuid4().hex[:8]}"
         shell = " ".join(f"'{part}'" for part in command)
+        # A tmux server that was already running starts the command with its own environment, not
+        # the test's: the log directory the tests chose (tests/conftest.py) is passed explicitly.
+        log_dir = os.environ["LEASECTL_LOG_DIR"]
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "140", "-y", "45",
                         # COLUMNS/LINES from the test runner would override the real terminal size
-                        f"env -u COLUMNS -u LINES TERM=xterm-256color {shell}; sleep 5"], check=True)
+                        f"env -u COLUMNS -u LINES TERM=xterm-256color LEASECTL_LOG_DIR='{log_dir}' {shell}; sleep 5"],
+                       check=True)
 
     def screen(self) -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,

@@ -25,6 +25,8 @@ def error(sqlstate: str, message: str = "boom") -> psycopg.Error:
     ("42P01", ours.SchemaError, 1, "leasectl migrate"),
     ("08006", ours.DatabaseUnavailable, 1, "connection lost"),
     ("57P01", ours.DatabaseUnavailable, 1, "connection lost"),
+    ("57P05", ours.DatabaseUnavailable, 1, "connection lost"),  # idle_session_timeout ended the session
+    ("25P03", ours.DatabaseUnavailable, 1, "connection lost"),  # so did idle_in_transaction_session_timeout
 ])
 def test_sqlstates(sqlstate, kind, exit_code, says):
     translated = translate_error(error(sqlstate), "queries/x.sql")

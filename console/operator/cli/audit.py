@@ -33,10 +33,11 @@ from console.operator.cli.common import (
     print_json,
 )
 from console.operator.present import audit as words
-from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, OUTCOMES
+from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, FLEET_EXPORT_KEYS, OUTCOMES
 from console.shared.errors import BadInput, LeasectlError
 from console.shared.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
 from console.shared.filters import JobFilter
+from console.shared.health import counted
 from console.shared.models import JobSummary
 from console.shared.text import sanitize
 from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, parse_time
@@ -144,7 +145,8 @@ def actions_command(
     """The operator journal across every call and every shutdown, newest first.
 
     Applied, refused and failed (a lock or statement timeout) cancels, mark-terminals, approvals,
-    drains and aborts. Filters combine."""
+    drains and aborts. Filters combine. Each row names the database login that wrote it (db_role),
+    and marks an operator name that is not that login's own."""
     if action is not None and action not in ACTIONS:
         raise BadInput(f"--action {sanitize(action, max_chars=40)}: use {', '.join(ACTIONS)}")
     if outcome is not None and outcome not in OUTCOMES:
@@ -155,7 +157,7 @@ def actions_command(
                                          outcome=outcome, since=start.at if start else None,
                                          until=end.at if end else None, limit=limit)
     if as_json:
-        print_json([r.contract() for r in rows])
+        print_json([r.record() for r in rows])
         return
     _zone_note(start, end)
     out.print(words.actions_block(rows))
@@ -239,17 +241,26 @@ def export_command(
     output: Annotated[str | None, typer.Option("--output", help="Write to this file (under a temporary name, "
                                                 "renamed when complete); default: standard output",
                                                 show_default=False)] = None,
-    with_db_role: Annotated[bool, typer.Option("--with-db-role", help="Add db_role: the database role that "
-                                               "caused each event (beside the actor the client named)")] = False,
+    fleet: Annotated[bool, typer.Option("--fleet", help="The fleet journal instead (fleet_events: drains, "
+                                        "aborts, refusals, state changes, grants revoked), keys "
+                                        + ", ".join(FLEET_EXPORT_KEYS))] = False,
+    # db_role is in every export now; the flag stays accepted so that scripts that pass it still run
+    with_db_role: Annotated[bool, typer.Option("--with-db-role", hidden=True)] = False,
     dsn: DsnOption = None,
 ) -> None:
     """Every job_events row in the range, oldest first (typed JSONL or CSV).
 
     Keys id, job_id, at, kind, actor, fencing_token, state_from, state_to, owner_from, owner_to,
-    lease_until, details. Streamed in bounded memory; an interrupted export says so, exits non-zero,
-    and never leaves a partial file."""
+    lease_until, details, then reason, request_id and db_role (the database login that wrote the
+    row). With --fleet: every fleet_events row instead (drains, aborts and the rest of the fleet
+    journal). Streamed in bounded memory; an interrupted export says so, exits non-zero, and never
+    leaves a partial file."""
     if fmt not in EXPORT_FORMATS:
         raise BadInput(f"--format {sanitize(fmt, max_chars=20)}: use jsonl or csv")
+    if fleet and job is not None:
+        raise BadInput("--job selects a call's events; the fleet journal (--fleet) belongs to no call",
+                       hint="leave out --job, or --fleet; `leasectl audit actions --agent A` lists a subtree's "
+                            "drains and aborts")
     path = _target(output)
     done = [0]
     bar = _progress(path is not None)
@@ -262,9 +273,11 @@ def export_command(
 
     with connect_for_audit(dsn) as conn:
         start, end = _range(conn, since, until)
-        job_id = _job(conn, job)
         arguments: dict[str, Any] = dict(fmt=fmt, since=start.at if start else None, until=end.at if end else None,
-                                         job_id=job_id, with_db_role=with_db_role, on_progress=progress)
+                                         on_progress=progress)
+        if not fleet:
+            arguments["job_id"] = _job(conn, job)
+        write = audit_db.export_fleet if fleet else audit_db.export
         _zone_note(start, end)
         try:
             with _Signals() as signals, bar if bar is not None else nullcontext():
@@ -272,30 +285,31 @@ def export_command(
                     task = bar.add_task("export", total=None)
                 if path is not None:
                     with atomic_write(path, newline="") as handle:
-                        summary = audit_db.export(conn, handle, **arguments)
+                        summary = write(conn, handle, **arguments)
                 else:
-                    summary = audit_db.export(conn, stdout_writer(),
-                                              for_terminal=sys.stdout.isatty(), **arguments)
+                    summary = write(conn, stdout_writer(), for_terminal=sys.stdout.isatty(), **arguments)
                 signals.finished = True
         except KeyboardInterrupt:
             where = (f"nothing was written to {sanitize(str(path))} (no partial file)" if path is not None
                      else "the output above is incomplete")
-            err.print(f"[bold red]interrupted[/] after {done[0]:,} events: {where}")
+            err.print(f"[bold red]interrupted[/] after {counted(done[0], 'event')}: {where}")
             raise typer.Exit(1) from None
         except BrokenPipeError:
             # counted per batch: the reader may have had part of the next one too
-            _reader_left("export stopped", f"{done[0]:,} events had been written in full before it")
+            _reader_left("export stopped", f"{counted(done[0], 'event')} had been written in full before it")
         except OSError as exc:  # a full disk, a file system that refuses the name: nothing is left behind
             where = (f"nothing was written to {sanitize(str(path), max_chars=200)} (no partial file)"
                      if path is not None else "the output is incomplete")
             if path is None:
                 _silence_stdout()
-            raise LeasectlError(f"export stopped after {done[0]:,} events: {exc.strerror or exc}; {where}") from None
+            raise LeasectlError(f"export stopped after {counted(done[0], 'event')}: {exc.strerror or exc}; {where}") \
+                from None
     if path is not None or err.is_terminal:
         span = (f", {words.when(summary['first_at'])} .. {words.when(summary['last_at'])}"
                 if summary["events"] else "")
         target = sanitize(str(path)) if path is not None else "standard output"
-        err.print(f"wrote {summary['events']:,} events to {target} ({fmt}, oldest first{span})")
+        what = "fleet event" if fleet else "event"
+        err.print(f"wrote {counted(summary['events'], what)} to {target} ({fmt}, oldest first{span})")
 
 
 # ----------------------------------------------------------------------------- verify
@@ -311,8 +325,9 @@ def verify_command(
     """Replay each call's history and check the protocol held (exit 4 on a violation).
 
     Leases never overlapped (two owners at one instant), tokens never fell, a finished call finished
-    once, every ownership change has its event. Exit 0 when all hold, 4 when any violation is found
-    (each listed with the call, the events and why)."""
+    once, every ownership change has its event, and no worker login wrote what only the database, an
+    operator or another name may (each event's db_role against its kind). Exit 0 when all hold, 4
+    when any violation is found (each listed with the call, the events and why)."""
     with connect_for_audit(dsn) as conn:
         start = _since(conn, since)
         report = audit_db.verify(conn, since=start.at if start else None)
@@ -357,16 +372,16 @@ def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> N
             signals.finished = True
     except KeyboardInterrupt:
         writer.abandon()
-        err.print(f"[bold red]interrupted[/] after {writer.done:,} calls written in full: the list above is "
+        err.print(f"[bold red]interrupted[/] after {counted(writer.done, 'call')} written in full: the list above is "
                   "incomplete")
         raise typer.Exit(1) from None
     except BrokenPipeError:
         writer.abandon()
-        _reader_left("stopped", f"{writer.done:,} calls had been written in full before it")
+        _reader_left("stopped", f"{counted(writer.done, 'call')} had been written in full before it")
     except (LeasectlError, OSError) as exc:  # the database went away, a full disk: said, then as always
         writer.abandon()
         if writer.done:
-            err.print(f"[bold red]stopped[/] after {writer.done:,} calls written in full: the list above is "
+            err.print(f"[bold red]stopped[/] after {counted(writer.done, 'call')} written in full: the list above is "
                       "incomplete")
         if isinstance(exc, OSError):
             raise LeasectlError(f"writing the calls failed: {exc.strerror or exc}") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
 from console.db import actions, bulk, reads
 from console.operator import present
@@ -30,7 +29,8 @@ from console.operator.cli.common import (
 )
 from console.operator.present import bulk as present_bulk
 from console.shared.errors import BadInput
-from console.shared.filters import JobFilter, grammar, parse_filter
+from console.shared.filters import filter_from_options, grammar, parse_selection
+from console.shared.health import counted
 from console.shared.models import Action, Applied, TerminalState
 from console.shared.text import sanitize
 
@@ -67,10 +67,8 @@ def jobs(
     dsn: DsnOption = None,
 ) -> None:
     """List calls, newest first (with --at, as they were at that instant)."""
-    try:
-        where = JobFilter(state=state, tool=tool, owner=owner, agent=agent, key_prefix=key, health=health)
-    except ValidationError as exc:
-        raise BadInput(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+    where = filter_from_options({"--state": state, "--tool": tool, "--owner": owner, "--agent": agent, "--key": key,
+                                 "--health": health})
     if limit > TABLE_LIMIT and not (at is not None and as_json):
         raise BadInput(f"--limit {limit:,}: at most {TABLE_LIMIT:,} (only `--at ... --json` streams its rows, "
                        f"up to {STREAMED_LIMIT:,})")
@@ -157,7 +155,7 @@ def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bo
     """Every call the filter selects (at most 1,000), each guarded by the state and token read for
     it in one snapshot; the count typed to confirm. Exit 0 when every call was applied, 3 when any
     was refused, failed or skipped (the summary says which), 2 for a bad filter or too many calls."""
-    selected = parse_filter(where)
+    selected = parse_selection(where)
     who = operator_option(operator)
     actions.checked_words(reason, who)
     with connect_for_acting(dsn, action.replace("_", "-")) as conn:
@@ -170,7 +168,7 @@ def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bo
             err.print("nothing to send: every selected call was skipped (see why above)")
             raise typer.Exit(3)
         if not yes:
-            typed_confirmation(plan.confirmation(), f"{present_bulk.VERBS[action]} these {plan.count} calls")
+            typed_confirmation(plan.confirmation(), f"{present_bulk.VERBS[action]} {counted(plan.count, 'call')}")
         result = bulk.apply(conn, plan, operator=who, reason=reason)
     out.print(present_bulk.result_table(result))
     out.print(present_bulk.result_words(result))

@@ -15,16 +15,18 @@ from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Annotated, Any, TypeVar
 
+import psycopg
 import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.segment import Segment
 
-from console.db.connect import Conn, connect, run
+from console.db.connect import Conn, connect, run, translate_error
 from console.db.migrate import check_compatible
 from console.shared.config import default_operator, resolve_dsn
-from console.shared.errors import BadInput, LeasectlError, ReadOnlySession
+from console.shared.dsn import mask_secrets
+from console.shared.errors import BadInput, DatabaseUnavailable, LeasectlError, ReadOnlySession
 from console.shared.text import sanitize, terminal_safe
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,24 +73,38 @@ def print_json(value: object) -> None:
     sys.stdout.flush()
 
 
+def _said(text: str) -> str:
+    """A message as printed: one line of visible characters, with no password in it (a DSN or
+    libpq's words about one; console.shared.dsn)."""
+    return escape(sanitize(mask_secrets(text)))
+
+
 def friendly(fn: F) -> F:
-    """Turn leasectl errors into a message and their exit code; never show a traceback for them."""
+    """Turn leasectl errors into a message and their exit code; never show a traceback for them.
+    A lost connection the data layer did not see (a transaction's BEGIN or COMMIT in a read) is
+    "database unreachable", not an internal error."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except psycopg.Error as exc:
+                lost = translate_error(exc, "leasectl")
+                if not isinstance(lost, DatabaseUnavailable):
+                    raise
+                raise lost from exc
         except LeasectlError as exc:
-            err.print(f"[bold red]error:[/] {escape(sanitize(str(exc)))}")
+            err.print(f"[bold red]error:[/] {_said(str(exc))}")
             if exc.hint:
-                err.print(f"[dim]hint:[/] {escape(sanitize(exc.hint))}")
+                err.print(f"[dim]hint:[/] {_said(exc.hint)}")
             raise typer.Exit(exc.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:
             if os.environ.get("LEASECTL_DEBUG"):
                 raise
-            err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {escape(sanitize(str(exc)))}")
+            err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {_said(str(exc))}")
             err.print("[dim]hint:[/] run again with LEASECTL_DEBUG=1 for the details, and report it")
             raise typer.Exit(1) from None
 
@@ -122,8 +138,9 @@ def before() -> Before:
 
 def _merge(name: str, early: str | None, late: str | None) -> str | None:
     if early is not None and late is not None and early != late:
-        raise BadInput(f"{name} is given twice, before the command ('{sanitize(early)}') and after it "
-                       f"('{sanitize(late)}'): give it once")
+        # both values are shown so that the person sees which is which; a DSN never with its password
+        raise BadInput(f"{name} is given twice, before the command ('{sanitize(mask_secrets(early))}') and after "
+                       f"it ('{sanitize(mask_secrets(late))}'): give it once")
     return late if late is not None else early
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from console.shared.health import counted
 from console.shared.models import Action, ActionResult, Applied, ShutdownRequested, ShutdownResult
 from console.shared.text import sanitize
 
@@ -36,7 +37,8 @@ def action_message(result: ActionResult) -> str:
 def shutdown_message(result: ShutdownResult) -> str:
     if isinstance(result, ShutdownRequested):
         s = result.shutdown
-        return (f"{s.mode} of {sanitize(s.root_agent_id, max_chars=80)} requested ({s.agents} agents, window "
-                f"{s.window_seconds:g}s): the supervisor carries it out and writes the reconciliation record "
+        return (f"{s.mode} of {sanitize(s.root_agent_id, max_chars=80)} requested "
+                f"({counted(s.agents, 'agent')}, window {s.window_seconds:g}s): the supervisor carries it out and "
+                "writes the reconciliation record "
                 "before anything is terminated")
     return sanitize(result.reason, max_chars=300)

@@ -9,6 +9,7 @@ from datetime import datetime
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from console.operator.present.logins import legend_if_claimed, who_text
 from console.operator.present.words import STYLE, when
 from console.shared.audit import ENDINGS, RULES, Holding, OperatorAction, OwnerAt, VerifyReport
 from console.shared.health import counted, format_seconds
@@ -147,7 +148,7 @@ def action_line(a: OperatorAction) -> Text:
     text = Text()
     text.append(stamp(a.at))
     text.append("  ")
-    text.append(sanitize(a.operator or "—", max_chars=80), style="bold")
+    text.append_text(who_text(a.operator, a.db_role, operator=True, style="bold"))
     text.append(f"  {action_words(a)}  ")
     text.append(a.outcome.upper(), style=OUTCOME_STYLE.get(a.outcome, ""))
     text.append("  " + (f"call {str(a.job_id)[:8]}" if a.job_id else
@@ -163,9 +164,11 @@ def action_line(a: OperatorAction) -> Text:
 
 
 def actions_block(actions: list[OperatorAction]) -> Group:
-    """`leasectl audit actions`: the operator journal, newest first."""
+    """`leasectl audit actions`: the operator journal, newest first, and what a login mark means
+    when one is shown."""
     head = Text(f"operator journal ({counted(len(actions), 'action')}, newest first, times UTC)", style="bold")
-    return Group(head, *(action_line(a) for a in actions))
+    legend = legend_if_claimed([(a.operator, a.db_role, True) for a in actions])
+    return Group(head, *(action_line(a) for a in actions), *((legend,) if legend is not None else ()))
 
 
 def verify_words(report: VerifyReport) -> RenderableType:
@@ -174,11 +177,12 @@ def verify_words(report: VerifyReport) -> RenderableType:
     head = Text()
     head.append(f"verified {counted(report.calls, 'call')}, {counted(report.events, 'event')} ({scope}, read "
                 f"{when(report.checked_at)}, {report.seconds:.1f} s): ")
+    logins = logins_words(report)
     if report.ok:
         head.append("every check holds", style="bold green")
         head.append(" — no two owners at one instant, tokens only rose, every finished call finished once, "
-                    "every ownership change has its event", style="dim")
-        return head
+                    "every ownership change has its event, no worker login wrote what it may not", style="dim")
+        return Group(head, logins) if logins is not None else head
     head.append(counted(len(report.violations), "violation"), style="bold red")
     lines: list[Text] = [head]
     for v in report.violations:
@@ -186,8 +190,36 @@ def verify_words(report: VerifyReport) -> RenderableType:
         line.append(f"call {v.job_id}", style="bold")
         line.append("  ")
         line.append(v.rule, style="bold red")
-        line.append("  events " + ", ".join(f"#{i}" for i in v.event_ids) + "\n    ")
+        line.append("  events " + ", ".join(f"#{i}" for i in v.event_ids))
+        if v.kind is not None:
+            line.append(f"  {sanitize(v.kind, max_chars=60)}")
+        if v.db_role is not None:
+            line.append(f"  login {sanitize(v.db_role, max_chars=80)}")
+        line.append("\n    ")
         line.append(sanitize(v.why, max_chars=1_000))
         line.append(f" ({RULES.get(v.rule, v.rule)})", style=STYLE["none"])
         lines.append(line)
+    if logins is not None:
+        lines.append(logins)
     return Group(*lines)
+
+
+def logins_words(report: VerifyReport) -> Text | None:
+    """What the login check could not cover: events with no login (before migration 0005) and
+    logins that are no longer roles; nothing when it covered every event."""
+    if not report.without_login and not report.unknown_logins:
+        return None
+    text = Text("logins: ", style=STYLE["none"])
+    parts = []
+    if report.without_login:
+        parts.append(f"no login recorded on {counted(report.without_login, 'event')} (written before migration "
+                     "0005): not checkable against their kind")
+    if report.unknown_logins:
+        unknown = sum(u.events for u in report.unknown_logins)
+        names = ", ".join(f"{sanitize(u.db_role, max_chars=60)} ({counted(u.events, 'event')})"
+                          for u in report.unknown_logins[:10])
+        more = f", and {len(report.unknown_logins) - 10} more" if len(report.unknown_logins) > 10 else ""
+        parts.append(f"{counted(unknown, 'event')} by unknown logins, no longer roles and so not checkable: "
+                     f"{names}{more}")
+    text.append("; ".join(parts), style=STYLE["none"])
+    return text

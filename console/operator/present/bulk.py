@@ -13,6 +13,8 @@ from console.operator.present.words import side_effect_words, state_label, state
 from console.shared.health import counted
 
 VERBS = {"cancel": "cancel", "mark_terminal": "mark terminal", "approve_retry": "approve a retry of"}
+NOTHING = {"cancel": "Nothing to cancel", "mark_terminal": "Nothing to mark terminal",
+           "approve_retry": "No retry to approve"}
 
 
 def change_words(plan: BulkPlan, state: str) -> str:
@@ -38,9 +40,26 @@ def plan_table(plan: BulkPlan) -> Table:
     return table
 
 
+def nothing_sent_words(plan: BulkPlan) -> str:
+    """Why a bulk action would send nothing: said instead of asking for a count of zero."""
+    n = len(plan.skipped)
+    if n == 0:
+        return "no call is selected."
+    return ("the selected call would be skipped (see why above)." if n == 1
+            else f"all {n:,} selected calls would be skipped (see why above).")
+
+
 def plan_words(plan: BulkPlan, *, with_guard: bool = True) -> Group:
     """Everything the operator must see before typing the count: the blast radius (and the guard,
-    unless the caller says it already)."""
+    unless the caller says it already). A plan that sends nothing says so first, never
+    "cancel 0 calls"."""
+    if not plan.send:
+        skipped = Text()
+        skipped.append(f"{NOTHING[plan.action]}: ", style="bold yellow")
+        skipped.append(f"{counted(len(plan.skipped), 'call')} will be skipped: " if plan.skipped
+                       else "no call is selected.")
+        skipped.append("; ".join(f"{n} — {why}" for why, n in plan.skipped_by_reason()))
+        return Group(skipped)
     head = Text()
     head.append(f"{VERBS[plan.action].capitalize()} {counted(plan.count, 'call')}", style="bold")
     if plan.action == "mark_terminal":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from console.db.reads import ownership_timeline
+from console.operator.present.logins import is_operator_kind, legend_if_claimed, usual_login, who_text
 from console.operator.present.words import (
     STYLE,
     clock,
@@ -27,7 +29,7 @@ from console.operator.present.words import (
     t,
     when,
 )
-from console.shared.health import HEALTH_MEANING, format_seconds
+from console.shared.health import HEALTH_MEANING, counted, format_seconds
 from console.shared.models import LIVE_STATES, ZOMBIE_KINDS, Event, Job, JobSummary, LineageRow
 from console.shared.text import sanitize
 
@@ -121,16 +123,38 @@ def job_panel(job: Job) -> Panel:
                  subtitle=Text("payload and result: leasectl show ID --json", style="dim"))
 
 
+ID_CHARS = 8  # the shortest id prefix a list shows (`leasectl show` takes any unique prefix)
+# worker- and agent-chosen values get a bound of their own, cut with an ellipsis beyond it
+TOOL_WIDTH, OWNER_WIDTH = 32, 24
+
+
+def id_prefix_chars(ids: Iterable[uuid.UUID], least: int = ID_CHARS) -> int:
+    """How many characters of the id tell every listed call apart (at least `least`): two calls
+    whose ids share their first eight characters are shown with as many as it takes."""
+    texts = {str(i) for i in ids}
+    chars = least
+    while chars < 36 and len({text[:chars] for text in texts}) < len(texts):
+        chars += 1
+    return chars
+
+
 def jobs_table(rows: list[JobSummary]) -> Table:
-    """`leasectl jobs`: the id column never wraps and never gives way to a long value."""
+    """`leasectl jobs`: the id column is as wide as the prefix that tells the listed calls apart,
+    never wraps and never gives way. Rich shares out a table too wide for the terminal by
+    shrinking its wrapable columns first and only then every column alike: tool and owner (free
+    text: a 150-character tool name) are therefore the wrapable ones, bounded besides, and their
+    cells stay on one line, cut with an ellipsis."""
+    chars = id_prefix_chars(r.id for r in rows)
     table = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("call", no_wrap=True, min_width=8, max_width=8)
+    table.add_column("call", no_wrap=True, min_width=chars, max_width=chars)
+    bounds = {"tool": TOOL_WIDTH, "owner": OWNER_WIDTH}
     for column in ("tool", "state", "owner", "token", "try", "beat", "lease left", "health", "created"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=None if column != "owner" else 24)
+        table.add_column(column, no_wrap=column not in bounds, overflow="ellipsis", max_width=bounds.get(column),
+                         min_width=6 if column in bounds else None)
     for r in rows:
         ages = live_ages(r, r.db_now)
         health, health_style = health_words(r.health, r.state)
-        table.add_row(Text(r.short_id, style="bold"), one_line(r.tool),
+        table.add_row(Text(str(r.id)[:chars], style="bold"), one_line(r.tool),
                       Text(state_label(r.state), state_style(r.state)),
                       one_line(r.owner_id or "—"), Text(str(r.fencing_token)), Text(f"{r.attempt}/{r.max_attempts}"),
                       Text(*ages["heartbeat"]), Text(*ages["lease"]), Text(health, health_style),
@@ -154,7 +178,8 @@ def ownership_table(events: list[Event]) -> Table:
 
 
 def operator_actions(events: list[Event]) -> RenderableType:
-    """Every operator action on the call, applied, refused or failed, with name and reason."""
+    """Every operator action on the call, applied, refused or failed, with name and reason (and the
+    login that journaled it when the name is not that login's own: present.logins)."""
     table = Table(title="operator actions", title_justify="left", expand=True, show_edge=False, box=box.SIMPLE_HEAD)
     for column in ("at", "operator", "action", "outcome", "reason"):
         table.add_column(column, overflow="fold", no_wrap=column == "at",
@@ -165,7 +190,8 @@ def operator_actions(events: list[Event]) -> RenderableType:
         outcome = str(e.details.get("outcome", ""))
         refusal = e.details.get("refusal") or e.details.get("error") or ""
         action = e.details.get("action") if e.kind == "operator_action_failed" else e.kind.removeprefix("operator_")
-        table.add_row(Text(when(e.at, with_day=False)), one_line(e.actor or "—", "bold", max_chars=80),
+        table.add_row(Text(when(e.at, with_day=False)), who_text(e.actor, e.db_role, operator=True, style="bold",
+                                                                  stacked=True),
                       Text(str(action or "").replace("_", " ")),
                       t(f"{outcome} {refusal}".strip(), STYLE["ok"] if outcome == "applied" else STYLE["warn"],
                         max_chars=300),
@@ -198,32 +224,39 @@ def event_words(e: Event) -> tuple[str, str, str]:
     details = {k: v for k, v in e.details.items() if v is not None}
     if e.reason:
         details["reason"] = e.reason
-    db_role = getattr(e, "db_role", None)
-    if db_role and db_role != e.actor:
-        details["db_role"] = db_role
     return state, owner, json_text(details, max_chars=DETAILS_CHARS) if details else ""
 
 
 def history_table(events: list[Event], *, title: str | None = None, compact: bool = False) -> Table:
     """Every event of the call, oldest first: ownership, state, side effects, worker events and
     operator actions. Details wrap (never cut silently) up to DETAILS_CHARS. `compact` (a narrow
-    terminal) folds the state and owner changes into the details column."""
+    terminal) folds the state and owner changes into the details column. The actor is marked with
+    the login that wrote the row when the name is not that login's own (present.logins), and the
+    caption then says what the mark means."""
     day = events[0].at.strftime("%Y-%m-%d") if events else ""
-    table = Table(title=title or f"history ({len(events)} events, from {day}, times UTC)", title_justify="left",
-                  expand=True, show_edge=False, box=box.SIMPLE_HEAD)
+    usual = usual_login([e.db_role for e in events])
+    table = Table(title=title or f"history ({counted(len(events), 'event')}, from {day}, times UTC"
+                  + (f"; written by login {sanitize(usual, max_chars=80)} unless a row names another" if usual else "")
+                  + ")",
+                  title_justify="left",
+                  expand=True, show_edge=False, box=box.SIMPLE_HEAD,
+                  caption=legend_if_claimed([(e.actor, e.db_role, is_operator_kind(e.kind)) for e in events]),
+                  caption_justify="left")
     words = [event_words(e) for e in events]
     # long owner names (worker-chosen) would starve the details: fold them into the details instead
     compact = compact or max((len(state) + len(owner) for state, owner, _ in words), default=0) > 44
     columns = ("at", "event", "actor", "token", "details") if compact else (
         "at", "event", "actor", "token", "state", "owner", "details")
-    # worker-chosen names (an actor, an owner) are bounded so that the details keep their room
-    widest = {"event": 22, "actor": 16, "state": 26, "owner": 30}
+    # worker-chosen names (an actor, an owner) are bounded so that the details keep their room (the
+    # login that wrote a row goes under its actor's name, not beside it)
+    widest = {"event": 22, "actor": 20, "state": 26, "owner": 30}
     for column in columns:
         table.add_column(column, overflow="fold", no_wrap=column in ("at", "token"), max_width=widest.get(column),
                          ratio=3 if column == "details" else None)
     for e, (state, owner, details) in zip(events, words, strict=True):
         event = t(e.kind, "bold red" if e.kind in LOUD_EVENTS else "bold", max_chars=60)
-        head = [Text(when(e.at, with_day=False)), event, t(e.actor or "—", max_chars=80),
+        head = [Text(when(e.at, with_day=False)), event,
+                who_text(e.actor, e.db_role, operator=is_operator_kind(e.kind), stacked=True, usual=usual),
                 Text("" if e.fencing_token is None else str(e.fencing_token))]
         if compact:
             moves = "  ".join(part for part in (state, f"owner {owner}" if owner else "") if part)

@@ -56,7 +56,8 @@ def fleet_tables(snapshot: FleetSnapshot) -> list[Table]:
     for s in snapshot.shutdowns:
         loud = s.state == "terminated" and bool(s.unaccounted)
         shutdowns.add_row(Text(s.short_id, style="bold"),
-                          t(f"{sanitize(s.root_agent_id, max_chars=ID_CHARS)} ({s.agents} agents)"), Text(s.mode),
+                          t(f"{sanitize(s.root_agent_id, max_chars=ID_CHARS)} ({counted(s.agents, 'agent')})"),
+                          Text(s.mode),
                           Text(shutdown_phase(s), "bold red" if loud else ""), t(s.requested_by, max_chars=80),
                           t(s.reason, max_chars=300),
                           Text(format_seconds((s.db_now - s.requested_at).total_seconds()) + " ago"))

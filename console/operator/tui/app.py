@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-import platformdirs
 from rich.segment import Segment
 from rich.text import Text
 from textual import events, work
@@ -43,6 +42,7 @@ from console.operator.tui.screens.reconciliations import ReconciliationsScreen, 
 from console.operator.tui.screens.triage import TriageScreen
 from console.operator.tui.state import Freshness
 from console.shared.clock import Clock
+from console.shared.config import log_dir
 from console.shared.errors import LeasectlError
 from console.shared.text import terminal_safe
 
@@ -52,7 +52,7 @@ WAKE_EVERY = 0.2
 
 
 def write_crash_log(error: BaseException | None) -> Path:
-    directory = Path(platformdirs.user_log_dir("leasectl"))
+    directory = log_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"crash-{time.strftime('%Y%m%d-%H%M%S')}.log"
     lines = traceback.format_exception(error) if error else ["(no exception recorded)\n"]
@@ -193,10 +193,10 @@ class LeasectlApp(App[None]):
         self.freshness = self.freshness.arrived(message.db_now, self.clock.monotonic())
 
     def on_data_failed(self, message: DataFailed) -> None:
-        self.freshness = self.freshness.failed(message.error, self.clock.monotonic())
+        self.freshness = self.freshness.failed(message.error, self.clock.monotonic(), since=message.since)
 
     def on_listener_state(self, message: ListenerState) -> None:
-        self.freshness = self.freshness.with_listener(message.connected)
+        self.freshness = self.freshness.with_listener(message.connected, self.clock.monotonic())
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:

@@ -12,16 +12,18 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import platformdirs
+import psycopg
 
-from console.shared.errors import LeasectlError
+from console.db.connect import translate_error
+from console.shared.config import log_dir
+from console.shared.errors import DatabaseUnavailable, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.console")
 
 
 def log_path() -> Path:
-    return Path(platformdirs.user_log_dir("leasectl")) / "console.log"
+    return log_dir() / "console.log"
 
 
 def ensure_log_file() -> Path:
@@ -37,8 +39,26 @@ def ensure_log_file() -> Path:
     return path
 
 
+# what the world does to a session (an outage, a lock, a slow server), as opposed to a bug of ours
+CONDITIONS = (DatabaseUnavailable, RowLocked, StatementTimedOut)
+
+
+def as_expected(error: BaseException | None) -> BaseException | None:
+    """A driver error that reached the console untranslated -- a connection lost outside the data
+    layer's own `run` -- is named as the data layer names it: an outage reads "database
+    unreachable", never "internal error". Logged all the same, so the gap below gets closed; any
+    other driver error (our SQL, say) stays a bug."""
+    if isinstance(error, psycopg.Error):
+        translated = translate_error(error, "the console")
+        if isinstance(translated, CONDITIONS):
+            log.warning("a database error reached the console untranslated", exc_info=error)
+            return translated
+    return error
+
+
 def describe_failure(error: BaseException | None, what: str) -> str:
     """One line for a person; the traceback of anything unexpected goes to the log."""
+    error = as_expected(error)
     if isinstance(error, LeasectlError):
         hint = f" ({sanitize(error.hint)})" if error.hint else ""
         return f"{sanitize(str(error))}{hint}"

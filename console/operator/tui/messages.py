@@ -17,11 +17,16 @@ class DataArrived(Message):
 
 
 class DataFailed(Message):
-    """A screen could not fetch; it keeps its last good data (bubbles up to the app)."""
+    """A screen could not fetch; it keeps its last good data (bubbles up to the app).
 
-    def __init__(self, error: BaseException) -> None:
+    `since`: the instant (the console's monotonic clock) the request that failed was sent. The
+    failure is reported when the request gives up -- after the data layer's reconnection, a
+    connect timeout -- which can be many seconds later; the trouble began no later than `since`."""
+
+    def __init__(self, error: BaseException, *, since: float | None = None) -> None:
         super().__init__()
         self.error = error
+        self.since = since
 
 
 class DbChanged(Message):

@@ -29,20 +29,39 @@ class Freshness:
     trouble_since: datetime | None = None
     listening: bool = False               # the LISTEN connection is up
     listener_known: bool = False          # the listener has reported at least once
+    listener_lost_at: float | None = None  # our monotonic clock when the listener lost its connection
 
     def arrived(self, db_now: datetime, at: float) -> Freshness:
         return replace(self, db_now=db_now, fetched_at=at, trouble=None, trouble_kind=None, trouble_since=None)
 
-    def failed(self, error: BaseException, at: float) -> Freshness:
+    def failed(self, error: BaseException, at: float, *, since: float | None = None) -> Freshness:
+        """`at`: when the failure was reported; `since`: when the request that failed was sent.
+        The trouble dates from the first sign of it: that request, or the listener losing its
+        connection, whichever came first after the last good data -- not from the moment the
+        request gave up (after reconnection attempts and timeouts, 20 s and more later)."""
         kind = ("unreachable" if isinstance(error, DatabaseUnavailable) else
                 "schema" if isinstance(error, SchemaError) else "refresh")
-        since = self.trouble_since if self.trouble is not None else self.db_time(at)
+        if self.trouble is not None:
+            began = self.trouble_since
+        else:
+            last_good = self.fetched_at if self.fetched_at is not None else float("-inf")
+            first = min(at, since if since is not None else at)
+            lost = self.listener_lost_at
+            if kind == "unreachable" and lost is not None and lost > last_good:  # an older loss is not this outage
+                first = min(first, lost)
+            began = self.db_time(max(first, last_good))  # never before the last data that did arrive
         hint = getattr(error, "hint", None)
         words = str(error) + (f" — {hint}" if kind == "schema" and hint else "")
-        return replace(self, trouble=words, trouble_kind=kind, trouble_since=since)
+        return replace(self, trouble=words, trouble_kind=kind, trouble_since=began)
 
-    def with_listener(self, connected: bool) -> Freshness:
-        return replace(self, listening=connected, listener_known=True)
+    def with_listener(self, connected: bool, at: float | None = None) -> Freshness:
+        if connected:
+            lost_at = None
+        elif self.listening or self.listener_lost_at is None:
+            lost_at = at  # the first report of the loss counts, not the retries that follow it
+        else:
+            lost_at = self.listener_lost_at
+        return replace(self, listening=connected, listener_known=True, listener_lost_at=lost_at)
 
     def db_time(self, at: float) -> datetime | None:
         """The database's clock at our monotonic instant `at`: the last fetch's now() plus the time since."""

@@ -5,9 +5,13 @@ No ordinary typing changes data:
   typed back; `enter` in the last field applies, `esc` leaves without changing anything;
 * keys typed before the dialog appeared -- the rest of a burst of typing that happened to open it,
   `/ocean⏎` on a call's detail -- are ignored until the keyboard pauses, and the dialog says so;
-* `enter` on the force checkbox moves on; only `space` (or a click) ticks it.
+* `enter` on the force checkbox moves on; only `space` (or a click) ticks it; `enter` on the open
+  list of a select chooses and moves on, and on a select already chosen it moves on;
+* `enter` in an empty reason says the reason is required and stays there;
+* what the dialog says of time (the lease left, how long ago the guard's data was read) ticks.
 The answer is the database's: applied, or refused with what is true now. A failure before the
-guard (a locked row, an unexpected error) reads NOT APPLIED and why; nothing is left waiting.
+guard (a locked row, an unreachable database, an unexpected error) reads NOT APPLIED and why;
+nothing is left waiting.
 """
 
 from __future__ import annotations
@@ -18,25 +22,27 @@ from typing import Any, ClassVar, cast
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual import events, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets._select import SelectOverlay
 from textual.worker import Worker, WorkerState
 
 from console.db import actions
 from console.db.connect import Conn
 from console.db.sql import load
 from console.operator import present
-from console.operator.tui.failures import describe_failure
+from console.operator.tui.failures import as_expected, describe_failure
+from console.operator.tui.messages import DataFailed
 from console.operator.tui.state import ConsoleApp
 from console.shared.clock import FrozenClock
 from console.shared.config import MAX_REASON_CHARS
-from console.shared.errors import Deadlocked, RowLocked
-from console.shared.health import format_seconds
+from console.shared.errors import DatabaseUnavailable, Deadlocked, OutcomeUnknown, RowLocked
+from console.shared.health import counted, format_seconds
 from console.shared.models import Action, Applied, JobSummary
 from console.shared.text import sanitize
 
@@ -56,6 +62,42 @@ class SafeCheckbox(Checkbox):
     ]
 
 
+class ChoiceSelect(Select[str]):
+    """A select that `enter` answers, as the other fields do. On the open list, enter chooses and
+    moves on to the next field; on a select already chosen, enter moves on. Textual's own Select
+    kept the focus after a choice and opened the list again on the next enter, so the operator who
+    pressed enter to go on found the list open over the dialog. With nothing chosen yet, enter
+    opens the list (as space and the arrows do): there is nothing to move on with."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "choose_or_move_on", "Choose", show=False),
+    ]
+
+    def action_choose_or_move_on(self) -> None:
+        if self.is_blank():
+            self.action_show_overlay()
+        else:
+            self.screen.focus_next()
+
+    @on(SelectOverlay.UpdateSelection)
+    def _chosen(self, event: SelectOverlay.UpdateSelection) -> None:
+        # instead of Select's own handler (prevent_default), which takes the focus back
+        event.stop()
+        event.prevent_default()
+        value = self._options[event.option_index][1]
+        if value != self.value:
+            self.value = value
+        self.expanded = False
+        self.screen.set_focus(self)
+        if not self.is_blank():
+            # once the list is closed: while it shows, it is the next field in the focus chain
+            self.call_after_refresh(self._move_on)
+
+    def _move_on(self) -> None:
+        if self.has_focus:
+            self.screen.focus_next()
+
+
 class GuardedDialog(ModalScreen[object | None]):
     """What every guarded action shares: the frame (what will change, the guard, the query it
     runs), the reason, `enter` in the last field applies, `esc` leaves, the database's answer,
@@ -73,7 +115,9 @@ class GuardedDialog(ModalScreen[object | None]):
         super().__init__()
         self.result: object | None = None
         self.busy = False
-        self.seen_at = seen_at  # monotonic instant of the data the guard relies on
+        self.seen_at = seen_at  # monotonic instant (the console's clock) of the data the guard relies on
+        self.shown_at: float | None = None  # the console's clock when it appeared (if seen_at is unknown)
+        self.sent_at: float | None = None  # the console's clock when the action was sent
         # the moment the key that opened it was handled: keys after it may arrive before this
         # screen is even mounted (a busy machine), and they are type-ahead as much as the others.
         # Key events carry the real monotonic time of their arrival, whatever the console's clock.
@@ -122,12 +166,17 @@ class GuardedDialog(ModalScreen[object | None]):
         """The database's answer, first words loud."""
         raise NotImplementedError
 
+    def tick(self) -> None:
+        """Every second while no answer is shown: re-render what the dialog says of time."""
+
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         query = load(self.query_name)
         with Vertical(id="dialog"):
+            # the title stays above the scrolling body: on a short terminal the body scrolls to the
+            # focused field, and a dialog must never lose the line that says what it does, to what
+            yield Static(self.title_text(), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
-                yield Static(self.title_text(), id="dialog-title")
                 yield Static(self.what_changes(), id="what-changes")
                 yield from self.blast_radius()
                 yield Static(self.guard(), id="guard")
@@ -148,6 +197,7 @@ class GuardedDialog(ModalScreen[object | None]):
                                   style="dim"), id="keys")
 
     def on_mount(self) -> None:
+        self.shown_at = self.console.clock.monotonic()
         if isinstance(self.console.clock, FrozenClock):
             # a frozen clock (tests, screenshots) renders one instant: nothing blinks either
             for field in self.query(Input):
@@ -158,12 +208,18 @@ class GuardedDialog(ModalScreen[object | None]):
     def _tick(self) -> None:
         if self.result is None:
             self.query_one("#guard", Static).update(self.guard())
+            self.tick()
+
+    def seen_seconds(self) -> float:
+        """How long ago the data this dialog shows was read (or, unknown, how long it has been open)."""
+        since = self.seen_at if self.seen_at is not None else self.shown_at
+        return 0.0 if since is None else max(self.console.clock.monotonic() - since, 0.0)
 
     def seen_words(self) -> str:
         """"as you saw it 4s ago": ticking, so an old screen is never mistaken for a fresh one."""
         if self.seen_at is None:
             return ""
-        return f" (as you saw it {format_seconds(max(self.console.clock.monotonic() - self.seen_at, 0))} ago)"
+        return f" (as you saw it {format_seconds(self.seen_seconds())} ago)"
 
     def guard(self) -> Text:
         return self.guard_words()
@@ -181,8 +237,8 @@ class GuardedDialog(ModalScreen[object | None]):
             self._last_swallowed = event.time
             self.swallowed += 1
             if self.is_mounted:
-                self._say(Text(f"Ignored {self.swallowed} key{'s' if self.swallowed != 1 else ''} typed before this "
-                               "dialog appeared. Read it, then type.", style="italic yellow"))
+                self._say(Text(f"Ignored {counted(self.swallowed, 'key')} typed before this dialog appeared. "
+                               "Read it, then type.", style="italic yellow"))
             return True
         self.armed = True
         return False
@@ -190,10 +246,25 @@ class GuardedDialog(ModalScreen[object | None]):
     # ------------------------------------------------------------------ applying
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        if self.enter_applies(event.input.id):
+        if event.input.id == "reason" and not event.value.strip():
+            # the reason is required: moving on from an empty one would only defer the refusal
+            self._reason_required()
+        elif self.enter_applies(event.input.id):
             self.apply()
         else:
             self.focus_next()
+
+    def _reason_required(self) -> None:
+        self._say(Text("A reason is required: it is journaled with your name.", style="bold red"))
+        self._asked_for_reason = True
+        self.query_one("#reason", Input).focus()
+
+    _asked_for_reason = False
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "reason" and self._asked_for_reason and event.value.strip():
+            self._asked_for_reason = False  # answered: the request must not stay on screen as if it were not
+            self._say(Text(""))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -212,14 +283,14 @@ class GuardedDialog(ModalScreen[object | None]):
             return
         reason = self.query_one("#reason", Input).value.strip()
         if not reason:
-            self._say(Text("A reason is required: it is journaled with your name.", style="bold red"))
-            self.query_one("#reason", Input).focus()
+            self._reason_required()
             return
         fields = self.collect()
         if fields is None:
             return
         self.busy = True
         self._say(Text("applying…", style="dim"))
+        self.sent_at = self.console.clock.monotonic()
         self._send(reason, fields)
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
@@ -235,7 +306,11 @@ class GuardedDialog(ModalScreen[object | None]):
             return
         self.busy = False
         if event.state == WorkerState.ERROR:
-            self._not_applied(event.worker.error)
+            error = as_expected(event.worker.error)
+            if isinstance(error, DatabaseUnavailable):
+                # what the action met is the outage the banner is about: it shows now, not at the next poll
+                self.post_message(DataFailed(error, since=self.sent_at))
+            self._not_applied(error)
             return
         self.result = event.worker.result
         for widget in self.query("Input, Select, Checkbox, Label, #buttons"):
@@ -252,6 +327,19 @@ class GuardedDialog(ModalScreen[object | None]):
             text.append(f"NOT APPLIED — {what}. ", style="bold yellow")
             text.append("Nothing changed (the attempt is journaled). Try again in a moment, or find the "
                         "blocking session.")
+        elif isinstance(error, OutcomeUnknown):
+            text.append("OUTCOME UNKNOWN — the connection was lost while the database was committing it. ",
+                        style="bold red")
+            text.append("It may have been applied; it will not be sent again. ", style="bold")
+            text.append(f"({sanitize(str(error), max_chars=300)}) Once the banner clears, look at the call: "
+                        "its history shows whether this action reached the database.")
+        elif isinstance(error, DatabaseUnavailable):
+            text.append("NOT APPLIED — the database is unreachable. ", style="bold red")
+            text.append("Nothing was applied. ", style="bold")
+            # the connection's own words, not its hint: "check --dsn" misleads when the same DSN
+            # answered a moment ago
+            text.append(f"({sanitize(str(error), max_chars=300)}) Once the banner clears, look at the call "
+                        "again before you retry: its history shows every action that reached the database.")
         else:
             text.append("NOT APPLIED — ", style="bold red")
             text.append(describe_failure(error, f"the {type(self).__name__} action"))
@@ -278,7 +366,8 @@ class CallAction:
     action: Action
     title = ""
 
-    def what_changes(self, job: JobSummary) -> Text:
+    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
+        """`elapsed`: seconds since `job` was read, so that the times it says tick."""
         raise NotImplementedError
 
     def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
@@ -298,7 +387,7 @@ class Cancel(CallAction):
     action = "cancel"
     title = "Cancel"
 
-    def what_changes(self, job: JobSummary) -> Text:
+    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
         text = Text()
         text.append("What will change: ", style="bold")
         if job.state == "queued":
@@ -319,14 +408,20 @@ class MarkTerminal(CallAction):
     def choices(state: str) -> list[str]:
         return list(actions.allowed_terminal_states(state))
 
-    def what_changes(self, job: JobSummary) -> Text:
+    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
         text = Text()
         text.append("What will change: ", style="bold")
         text.append(f"{job.state.replace('_', ' ')} → the state you choose, for good. ")
         if job.lease_live:
-            text.append(f"The owner {sanitize(job.owner_id, max_chars=60)} holds a live lease "
-                        f"({format_seconds(job.lease_left_seconds)} left): ", style="bold yellow")
-            text.append("without force the database refuses; with force the owner is fenced out.")
+            owner = sanitize(job.owner_id, max_chars=60)
+            left = (job.lease_left_seconds or 0.0) - elapsed  # counted down from what was read
+            if left >= 0:
+                text.append(f"The owner {owner} holds a live lease ({format_seconds(left)} left): ",
+                            style="bold yellow")
+            else:
+                text.append(f"The owner {owner}'s lease ran out {format_seconds(-left)} ago, unless it renewed "
+                            "it since you looked: ", style="bold yellow")
+            text.append("without force the database refuses a live lease; with force the owner is fenced out.")
         else:
             text.append("No live lease: nobody is working on it.")
         return text
@@ -334,7 +429,8 @@ class MarkTerminal(CallAction):
     def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
         yield Label("Mark it as (what really happened, checked outside):")
         # nothing preselected: a guess here would be journaled as the operator's finding
-        yield Select([(c, c) for c in self.choices(job.state)], prompt="choose…", allow_blank=True, id="terminal")
+        yield ChoiceSelect([(c, c) for c in self.choices(job.state)], prompt="choose…", allow_blank=True,
+                           id="terminal")
         if job.lease_live:
             yield SafeCheckbox(f"force: fence the owner out (token {job.fencing_token} → {job.fencing_token + 1}); "
                                "its heartbeat and result will be rejected (space ticks it)", id="force")
@@ -361,7 +457,7 @@ class ApproveRetry(CallAction):
     def confirms_id(job: JobSummary) -> bool:
         return job.side_effect == "mutating_unverifiable"
 
-    def what_changes(self, job: JobSummary) -> Text:
+    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
         text = Text()
         text.append("What will change: ", style="bold")
         text.append("outcome unknown → queued, with room for exactly one more attempt. ")
@@ -412,7 +508,10 @@ class ActionDialog(GuardedDialog):
         return title
 
     def what_changes(self) -> Text:
-        return self.spec.what_changes(self.job)
+        return self.spec.what_changes(self.job, self.seen_seconds())
+
+    def tick(self) -> None:
+        self.query_one("#what-changes", Static).update(self.what_changes())
 
     def extra_fields(self) -> Iterable[Widget]:
         return self.spec.extra_fields(self.job)

@@ -2,8 +2,10 @@
 or the operator journal (`j`: every cancel, mark terminal, approval, drain and abort, applied,
 refused or failed); a filter of its own (`job:` `owner:` `operator:` `kind:` `since:` `until:`
 `at:`); with `job:` and `at:` the answer to "who held it then" stands on top (from the history
-alone, console.shared.audit's rules); `e` exports what the filter selects (JSONL or CSV, off the UI
-thread, with progress, under a temporary name); `enter` opens the call's detail at that event."""
+alone, console.shared.audit's rules); `e` exports what the view shows for the filter -- the events,
+or the operator journal's rows (JSONL or CSV, off the UI thread, with progress, under a temporary
+name); `enter` opens the call's detail at that event. Each row names the login that wrote it and
+marks a name that is not that login's own (console.operator.present.logins)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from console.operator.present.audit import (
     owner_answer,
 )
 from console.operator.present.calls import event_words
+from console.operator.present.logins import LOGIN_MARK, LOGIN_STYLE, claimed, is_operator_kind, login_cell
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
@@ -46,22 +49,25 @@ from console.shared.audit import (
 )
 from console.shared.errors import LeasectlError
 from console.shared.files import atomic_write
+from console.shared.health import counted
 from console.shared.models import ZOMBIE_KINDS, Event
 from console.shared.text import sanitize
 
 PAGE = 200
 LOUD = (*ZOMBIE_KINDS, "ownership_unknown", "operator_action_failed")
 
+# login: the database role that wrote the row (db_role), beside the name the client gave (present.logins)
 EVENT_COLUMNS = [
     Column("at", "at (UTC)", 23, 0), Column("call", "call", 8, 0), Column("event", "event", 20, 0),
-    Column("token", "tok", 3, 1), Column("actor", "actor", 14, 2), Column("state", "state", 26, 3),
-    Column("owner", "owner", 22, 4), Column("details", "details", 48, 5),
+    Column("token", "tok", 3, 1), Column("actor", "actor", 12, 2), Column("login", "login", 12, 2),
+    Column("state", "state", 24, 3), Column("owner", "owner", 20, 4), Column("details", "details", 48, 5),
 ]
 JOURNAL_COLUMNS = [
-    Column("at", "at (UTC)", 23, 0), Column("operator", "operator", 10, 0), Column("action", "action", 13, 0),
-    Column("outcome", "outcome", 8, 0), Column("target", "call / agent", 12, 1),
-    Column("reason", "reason · why (a refusal, an error and its cause)", 58, 2),
+    Column("at", "at (UTC)", 23, 0), Column("operator", "operator", 10, 0), Column("login", "login", 12, 1),
+    Column("action", "action", 13, 0), Column("outcome", "outcome", 8, 0), Column("target", "call / agent", 12, 1),
+    Column("reason", "reason · why (a refusal, an error and its cause)", 44, 2),
 ]
+LOGIN_NOTE = f" · {LOGIN_MARK} login: an operator's name that is not that login's own"
 
 
 def stamp(value: datetime) -> str:
@@ -71,8 +77,11 @@ def stamp(value: datetime) -> str:
 
 def event_cells(e: Event) -> dict[str, Cell]:
     state, owner, details = event_words(e)
+    operator = is_operator_kind(e.kind)
     return {"at": Cell(stamp(e.at)), "call": Cell(str(e.job_id)[:8], "bold"),
-            "event": Cell(e.kind, "bold red" if e.kind in LOUD else "bold"), "actor": Cell(e.actor or "—"),
+            "event": Cell(e.kind, "bold red" if e.kind in LOUD else "bold"),
+            "actor": Cell(e.actor or "—", LOGIN_STYLE if claimed(e.actor, e.db_role, operator=operator) else ""),
+            "login": Cell(*login_cell(e.actor, e.db_role, operator=operator)),
             "token": Cell("" if e.fencing_token is None else e.fencing_token), "state": Cell(state),
             "owner": Cell(owner), "details": Cell(details, "dim")}
 
@@ -80,7 +89,10 @@ def event_cells(e: Event) -> dict[str, Cell]:
 def action_cells(a: OperatorAction) -> dict[str, Cell]:
     target = str(a.job_id)[:8] if a.job_id else f"{a.agent_id or '—'} (subtree)"
     why = action_detail(a)
-    return {"at": Cell(stamp(a.at)), "operator": Cell(a.operator or "—", "bold"), "action": Cell(action_words(a)),
+    return {"at": Cell(stamp(a.at)),
+            "operator": Cell(a.operator or "—",
+                             LOGIN_STYLE if claimed(a.operator, a.db_role, operator=True) else "bold"),
+            "login": Cell(*login_cell(a.operator, a.db_role, operator=True)), "action": Cell(action_words(a)),
             "outcome": Cell(a.outcome, OUTCOME_STYLE.get(a.outcome, "")), "target": Cell(target),
             "reason": Cell(f"{a.reason or '—'}" + (f" · {why}" if why else ""))}
 
@@ -143,12 +155,17 @@ class AuditScreen(PollingScreen):
         if data.view == "events":
             keyed_rows(events, [(str(e.id), event_cells(e)) for e in data.events])
             count = len(data.events)
+            marked = any(claimed(e.actor, e.db_role, operator=is_operator_kind(e.kind)) for e in data.events)
         else:
             keyed_rows(journal, [(f"{a.source}:{a.event_id}", action_cells(a)) for a in data.actions])
             count = len(data.actions)
-        self.query_one("#audit-title", Label).update(Text(
+            marked = any(claimed(a.operator, a.db_role, operator=True) for a in data.actions)
+        title = Text(
             "Events across every call — newest first, in the order they were written" if data.view == "events" else
-            "Operator journal: every call and every shutdown — newest first", style="bold"))
+            "Operator journal: every call and every shutdown — newest first", style="bold")
+        if marked:
+            title.append(LOGIN_NOTE, style=LOGIN_STYLE)
+        self.query_one("#audit-title", Label).update(title)
         empty = self.query_one("#audit-empty", Static)
         empty.display = count == 0
         if data.problem:
@@ -166,10 +183,10 @@ class AuditScreen(PollingScreen):
         if data is not None and data.view == "events":
             n = len(data.events)
             page.append(f"page {len(self.cursors)}", style="bold")
-            page.append(f" · {n} events" + (" (more: ])" if n == PAGE else "") + " · newest first")
+            page.append(f" · {counted(n, 'event')}" + (" (more: ])" if n == PAGE else "") + " · newest first")
         elif data is not None:
             page.append("operator journal", style="bold")
-            page.append(f" · {len(data.actions)} actions · newest first")
+            page.append(f" · {counted(len(data.actions), 'action')} · newest first")
             if self.filter_value.owner or self.filter_value.kind:
                 page.append(" · owner: and kind: select events, not the journal", style="yellow")
         self.query_one(FilterLine).show_filter(self.filter_value.describe(), extra=page)
@@ -248,6 +265,7 @@ class AuditScreen(PollingScreen):
     def action_export(self) -> None:
         session = self.console.session
         f = self.filter_value
+        journal = self.view == "journal"  # what the view shows when `e` is pressed is what is written
         stamp_now = (self.now() or datetime.now().astimezone()).strftime("%Y%m%d-%H%M%S")
 
         def write(path: Path, fmt: str, progress, cancelled) -> int:
@@ -262,17 +280,34 @@ class AuditScreen(PollingScreen):
                     run(conn, "meta/assume_auditor")
                 job_id = resolve(conn, f.job) if f.job else None
                 with atomic_write(path, newline="" if fmt == "csv" else None) as handle:
-                    summary = audit_db.export(conn, handle, fmt=fmt or "jsonl", since=f.since, until=f.upto,
-                                              job_id=job_id, owner=f.owner, operator=f.operator, kind=f.kind,
-                                              on_progress=on_progress)
+                    if journal:
+                        # what the journal view shows: its filter (operator:, job:, since:, until:/at:)
+                        summary = audit_db.export_journal(conn, handle, fmt=fmt or "jsonl", operator=f.operator,
+                                                          job_id=job_id, since=f.since, until=f.upto,
+                                                          on_progress=on_progress)
+                    else:
+                        summary = audit_db.export(conn, handle, fmt=fmt or "jsonl", since=f.since, until=f.upto,
+                                                  job_id=job_id, owner=f.owner, operator=f.operator, kind=f.kind,
+                                                  on_progress=on_progress)
             return int(summary["events"])
 
+        if journal:
+            selected = " ".join(f"{k}:{v}" for k, v in f.text.items() if k not in ("owner", "kind"))
+            self.app.push_screen(ExportDialog(
+                "Export the operator journal",
+                f"Every operator action the filter selects ({sanitize(selected or 'no filter', max_chars=120)}) "
+                "across calls and shutdowns, newest first as the journal lists it, with the keys of `leasectl "
+                "audit actions --json` and the login that wrote each (db_role): typed JSONL or CSV with a header. "
+                "Read-only.", f"leasectl-journal-{stamp_now}.jsonl", write, formats=["jsonl", "csv"]))
+            return
         selected = f.describe() or "no filter: the whole history"
         self.app.push_screen(ExportDialog(
             "Export the history", f"Every job_events row the filter selects ({sanitize(selected, max_chars=120)}), "
-            "oldest first: typed JSONL (one object a line) or CSV with a header. Read-only.",
+            "oldest first, with the login that wrote each (db_role): typed JSONL (one object a line) or CSV with "
+            "a header. Read-only.",
             f"leasectl-audit-{stamp_now}.jsonl", write, formats=["jsonl", "csv"]))
 
     def commands(self) -> Iterable[SystemCommand]:
-        yield SystemCommand("Export the history", "What the filter selects, to a file (e)", self.action_export)
+        yield SystemCommand("Export the history", "What the view shows for the filter, to a file (e)",
+                            self.action_export)
         yield SystemCommand("Operator journal", "Switch between events and the journal (j)", self.action_toggle_view)

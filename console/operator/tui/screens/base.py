@@ -8,7 +8,9 @@
 * Time: the screen's own one-second timer re-renders ages from the database's clock at its last
   fetch plus the monotonic time since. Freshness goes up to the app as a message; nothing here
   calls into the app.
-* `/` exists on every screen: a list filters, a screen with nothing to filter says so.
+* `/` exists on every screen: a list filters, a screen with nothing to filter says so. It is a
+  priority binding, handled as the key arrives: the filter bar has the focus before the next key
+  of a burst (`/state:running⏎` pasted, or typed by tmux) is delivered, so none of it is lost.
 * Actions go through one place that refuses them on a read-only session or stale data; on a
   read-only session the keys that change data are not even offered in the footer.
 """
@@ -25,11 +27,12 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from console.db.actions import not_possible
 from console.db.connect import Conn
-from console.operator.tui.failures import describe_failure
+from console.operator.tui.failures import as_expected, describe_failure
 from console.operator.tui.messages import DataArrived, DataFailed
 from console.operator.tui.state import ConsoleApp, why_no_actions
 from console.operator.tui.widgets.filterbar import FilterBar
@@ -50,7 +53,10 @@ class PollingScreen(Screen[None]):
     """Subclasses implement `load(conn)` (worker thread), `show(data)` and `db_now_of(data)` (UI thread)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "filter", "Filter", tooltip="Show only what matches (/ on every list)"),
+        # priority: a key is handed to the focused widget's queue when it arrives, so without it the
+        # rest of a burst typed after `/` was already queued for the list (and lost, or taken as
+        # its keys) by the time the filter bar took the focus
+        Binding("slash", "filter", "Filter", priority=True, tooltip="Show only what matches (/ on every list)"),
     ]
     poll_seconds: float | None = None  # None: the app's interval
     # Where a pushed screen sits under its mode ("call 1a2b3c4d"): the header shows "1 Triage > call
@@ -62,6 +68,7 @@ class PollingScreen(Screen[None]):
         self._timer: Timer | None = None
         self._in_flight = False
         self._again = False
+        self._fetch_started: float | None = None  # the console's clock when the fetch in flight was sent
         self.loaded_once = False
         self.failures = 0
         self.db_now: datetime | None = None
@@ -98,6 +105,7 @@ class PollingScreen(Screen[None]):
             self._again = True
             return
         self._in_flight = True
+        self._fetch_started = self.console.clock.monotonic()
         self._fetch_in_thread(self._generation)
 
     def wake(self) -> None:
@@ -152,9 +160,10 @@ class PollingScreen(Screen[None]):
         self._in_flight = False
         self._again = False
         self.failures += 1
+        error = as_expected(error)
         if not isinstance(error, LeasectlError):
             error = LeasectlError(describe_failure(error, f"the {type(self).__name__.removesuffix('Screen')} refresh"))
-        self.post_message(DataFailed(error))
+        self.post_message(DataFailed(error, since=self._fetch_started))
         self.schedule(min(1.0 * 2 ** (self.failures - 1), 10.0))
 
     def now(self) -> datetime | None:
@@ -231,6 +240,8 @@ class PollingScreen(Screen[None]):
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "filter" and isinstance(self.focused, Input):
+            return False  # `/` typed into a field (the filter itself: key:report/42) is text, not a key
         # on a read-only session the actions that change data are not offered at all
         return not (action in CHANGES_DATA and self.console.session.read_only_reason)
 

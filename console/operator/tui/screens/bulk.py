@@ -5,8 +5,9 @@ It reads the marked calls again, in one snapshot, and shows what the action will
 side-effect class and state, what changes for each, what will be skipped and why, the guard. The
 reason is required, and the count is typed to confirm (`approve N unverifiable` for retries of
 unverifiable side effects). The answer is a line per call; afterwards only the calls that were not
-applied stay marked on the list, so a second look is one key away. Everything else -- type-ahead,
-esc, the one failure handler -- is GuardedDialog's.
+applied stay marked on the list, so a second look is one key away. When nothing would be sent
+(every marked call would be skipped) the dialog says there is nothing to do, asks for no count
+and cannot apply. Everything else -- type-ahead, esc, the one failure handler -- is GuardedDialog's.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual import work
 from textual.widget import Widget
-from textual.widgets import Checkbox, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
 from console.db import actions, bulk
 from console.db.connect import Conn
 from console.operator.present import bulk as words
 from console.operator.tui.failures import describe_failure
-from console.operator.tui.screens.action import GuardedDialog, SafeCheckbox
+from console.operator.tui.screens.action import ChoiceSelect, GuardedDialog, SafeCheckbox
 from console.shared.health import counted
 from console.shared.models import Action, JobSummary
 
@@ -71,8 +72,14 @@ class BulkDialog(GuardedDialog):
             force = bool(self.query_one("#force", Checkbox).value)
         self.plan = bulk.plan(self.action, self.calls, terminal_state=terminal_state, force=force)
         self.query_one("#what-changes", Static).update(words.plan_words(self.plan, with_guard=False))
+        # nothing to send: no count to type (typing '0' to confirm nothing would be a ritual), and
+        # Apply cannot be pressed; a mark-terminal plan can come back when force is ticked
+        nothing = not self.plan.send
+        self.query_one("#confirm-count", Input).display = not nothing
+        self.query_one("#apply", Button).disabled = nothing
         self.query_one("#confirm-label", Label).update(
-            f"To confirm, type {self.plan.confirmation()!r} (the number of calls that will be sent):")
+            Text("Nothing to confirm: no call would be sent, and Apply is off.", style="bold yellow")
+            if nothing else f"To confirm, type {self.plan.confirmation()!r} (the number of calls that will be sent):")
 
     def on_select_changed(self, event: Select.Changed) -> None:
         self._replan()
@@ -100,15 +107,16 @@ class BulkDialog(GuardedDialog):
     def extra_fields(self) -> Iterable[Widget]:
         if self.action == "mark_terminal":
             yield Label("Mark them as (what really happened, checked outside):")
-            yield Select([(s, s) for s in ("succeeded", "failed", "cancelled")], prompt="choose…", allow_blank=True,
-                         id="terminal")
+            yield ChoiceSelect([(s, s) for s in ("succeeded", "failed", "cancelled")], prompt="choose…",
+                               allow_blank=True, id="terminal")
             yield SafeCheckbox("force: fence out the owners of live leases (their heartbeats and results will be "
                                "rejected; space ticks it)", id="force")
         yield Label("To confirm, type the number of calls that will be sent:", id="confirm-label")
         yield Input(placeholder="the number of calls", id="confirm-count")
 
     def last_field(self) -> str:
-        return "confirm-count"
+        # with nothing to send the count is not asked for: enter in the reason tries, and is told why not
+        return "reason" if self.plan is not None and not self.plan.send else "confirm-count"
 
     def collect(self) -> dict[str, object] | None:
         if self.plan is None:
@@ -119,7 +127,7 @@ class BulkDialog(GuardedDialog):
             self.query_one("#terminal", Select).focus()
             return None
         if not self.plan.send:
-            self._say(Text("Nothing to send: every marked call would be skipped (see why above).", style="bold red"))
+            self._say(Text(f"Nothing to send: {words.nothing_sent_words(self.plan)}", style="bold red"))
             return None
         typed = self.query_one("#confirm-count", Input).value.strip()
         if typed != self.plan.confirmation():

@@ -96,7 +96,7 @@ class CallListScreen(PollingScreen):
         if n:
             text = Text()
             text.append(f" ● {n} marked ", style="bold black on yellow")
-            text.append(f"  c t a act on all {n} (one dialog, the count typed to confirm) · space toggles · "
+            text.append("  c t a act on every marked call (one dialog, the count typed to confirm) · space toggles · "
                         "* marks all matching · u unmarks", style="bold")
             line.update(text)
 

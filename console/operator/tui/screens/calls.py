@@ -22,14 +22,17 @@ from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.filters import JobFilter, grammar
+from console.shared.health import counted
 from console.shared.models import JobSummary
 from console.shared.times import Instant, parse_past
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
 
+# the call, its lease health, its lease and its heartbeat never give way (README, "The console"): at
+# 80 columns they and the state fit; the tool is the first of the others to stay
 COLUMNS = [
     Column("id", "call", 8, 0), Column("state", "state", 16, 0), Column("health", "lease health", 18, 0),
-    Column("lease", "lease left", 14, 1), Column("tool", "tool", 16, 1), Column("heartbeat", "beat", 6, 2),
+    Column("lease", "lease left", 14, 0), Column("tool", "tool", 16, 1), Column("heartbeat", "beat", 6, 0),
     Column("owner", "owner", 11, 3), Column("token", "tok", 3, 4), Column("attempt", "try", 3, 5),
     Column("key", "idempotency key", 22, 6),
 ]
@@ -91,7 +94,8 @@ class CallsScreen(CallListScreen):
     def show_filter_line(self, *, matched: int | None = None, total: int | None = None) -> None:
         page = Text()
         page.append(f"page {len(self.cursors)}", style="bold")
-        page.append(f" · {len(self.rows)} calls" + (" (more: ])" if len(self.rows) == PAGE else "") + " · newest first")
+        page.append(f" · {counted(len(self.rows), 'call')}" + (" (more: ])" if len(self.rows) == PAGE else "")
+                    + " · newest first")
         self.query_one(FilterLine).show_filter(self.where.describe(), lead=self.past_words(), extra=Text.assemble(
             page, "  ", self.past_tail() or self.moved_note or ""))
 
@@ -122,7 +126,7 @@ class CallsScreen(CallListScreen):
             matching: list[JobSummary] = event.worker.result or []
             self.table.set_marks({str(c.id) for c in matching})
             self.show_marks()
-            self.app.notify(f"Marked {len(matching)} calls matching {self.where.describe() or 'no filter'} "
+            self.app.notify(f"Marked {counted(len(matching), 'call')} matching {self.where.describe() or 'no filter'} "
                             "(every page).", title="Marked")
         elif event.state == WorkerState.ERROR:
             self.app.notify(describe_failure(event.worker.error, "marking"), title="Not marked", severity="error")

@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from console.operator.tui.failures import describe_failure
 from console.shared.errors import BadInput
 from console.shared.files import writable_target
+from console.shared.health import counted
 from console.shared.text import sanitize
 
 # write(path, format, progress(done, total|None), cancelled()) -> how many records it wrote
@@ -149,7 +150,8 @@ class ExportDialog(ModalScreen[Path | None]):
             path, count = event.worker.result  # type: ignore[misc]
             self.running = False
             self.written = path
-            self._say(Text(f"WRITTEN — {count:,} records to {sanitize(str(path))}. esc closes.", style="bold green"))
+            self._say(Text(f"WRITTEN — {counted(count, 'record')} to {sanitize(str(path))}. esc closes.",
+                           style="bold green"))
         elif event.state == WorkerState.ERROR:
             self.running = False
             self._say(Text("NOT WRITTEN — " + describe_failure(event.worker.error, "the export")

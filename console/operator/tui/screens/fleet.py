@@ -247,7 +247,7 @@ class FleetScreen(PollingScreen):
         grid.add_column(style="dim", no_wrap=True)
         grid.add_column(overflow="fold")
         for label, value, style in (
-                ("shutdown", str(s.id), "bold"), ("subtree", f"{s.root_agent_id} ({s.agents} agents)", ""),
+                ("shutdown", str(s.id), "bold"), ("subtree", f"{s.root_agent_id} ({counted(s.agents, 'agent')})", ""),
                 ("mode", s.mode, ""), ("asked by", s.requested_by, ""), ("reason", s.reason, ""),
                 ("requested", clock(s.requested_at), ""), ("draining", clock(s.draining_at), ""),
                 ("aborting", clock(s.aborting_at), ""), ("reconciling", clock(s.reconciling_at), ""),

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,6 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 from console.db.session import ConsoleSession
+from console.shared.dsn import masked_dsn
 from console.shared.fleet_words import AGENT_STATE_MEANING, RESOLUTION_MEANING
 from console.shared.health import HEALTH_LABELS, HEALTH_MEANING
 from console.shared.text import sanitize
@@ -41,17 +41,6 @@ def bindings_of(owner: type | object) -> list[Binding]:
 
 def key_names(binding: Binding) -> str:
     return ", ".join(KEY_NAMES.get(k, k) for k in binding.key.split(","))
-
-
-def masked_dsn(dsn: str) -> str:
-    """The connection as a person may see it: never the password."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:  # noqa: BLE001 - an odd string is shown as "?" rather than risk its secret
-        return "?"
-    if "password" in parts:
-        parts["password"] = "***"
-    return make_conninfo("", **parts) or "(libpq defaults: PG* variables, service files)"
 
 
 class HelpScreen(ModalScreen[None]):
@@ -136,7 +125,8 @@ class HelpScreen(ModalScreen[None]):
         if self.session is None:
             return text
         text.append("Connected to ", style="bold")
-        text.append(sanitize(self.session.shown_dsn or masked_dsn(self.session.dsn), max_chars=300))
+        text.append(sanitize(self.session.shown_dsn or masked_dsn(self.session.dsn)
+                             or "(libpq defaults: PG* variables, service files)", max_chars=300))
         text.append(f" as {sanitize(self.session.operator, max_chars=60)}")
         if self.session.read_only_reason:
             text.append(f" — READ-ONLY ({sanitize(self.session.read_only_reason)})", style="bold yellow")

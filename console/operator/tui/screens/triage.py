@@ -20,7 +20,7 @@ from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.filters import grammar
-from console.shared.health import HEALTH_RANK
+from console.shared.health import HEALTH_RANK, counted
 from console.shared.models import Counts, JobSummary, TriageSnapshot
 from console.shared.times import Instant, parse_past
 
@@ -88,8 +88,8 @@ class TriageScreen(CallListScreen):
             if not self.where.empty:
                 empty.update(Text(no_match_words(self.where), style="bold yellow"))
             else:
-                empty.update(f"Nothing needs attention: {c.running} running calls have healthy leases, "
-                             f"{c.queued} queued.")
+                empty.update(f"Nothing needs attention: every lease is healthy ({counted(c.running, 'running call')}, "
+                             f"{c.queued:,} queued).")
 
     def filter_changed(self) -> None:
         self.poll_seconds = PAST_POLL_SECONDS if self.where.at is not None else None
