@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from console.db.connect import Conn, connect, run, run_one
 from console.shared.config import SessionLimits
 from console.shared.errors import DatabaseUnavailable, LeasectlError
-from console.shared.health import counted
+from console.shared.text import counted
 
 log = logging.getLogger("leasectl.supervisor")
 

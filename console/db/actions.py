@@ -10,11 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from console.db.connect import Conn, action_transaction, run, run_one
-from console.db.reads import job, shutdown
-from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
-from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
-from console.shared.models import (
+from console.core.models import (
     CANCELLABLE_STATES,
     TERMINAL_STATES,
     Action,
@@ -27,6 +23,10 @@ from console.shared.models import (
     ShutdownRequested,
     ShutdownResult,
 )
+from console.db.connect import Conn, action_transaction, run, run_one
+from console.db.reads import job, shutdown
+from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
+from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.actions")

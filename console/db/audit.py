@@ -1,6 +1,6 @@
 """What the auditor reads: ownership at an instant, the operator journal, the whole history exported
 or verified, every call as it was at an instant. Read-only, from the history alone (the rules are
-console.shared.audit's); the SQL is queries/audit/.
+console.core.audit's); the SQL is queries/audit/.
 
 Exports and verify stream through a server-side (named) cursor inside one read-only snapshot: the
 client holds one batch of rows at a time, whatever the range, and each FETCH is a short statement.
@@ -22,10 +22,7 @@ from typing import Any, Protocol, cast
 import psycopg
 from psycopg.rows import RowFactory, dict_row, tuple_row
 
-from console.db import sql
-from console.db.connect import Conn, lines_as, run, run_one, translate_error
-from console.db.reads import db_info, history, resolve
-from console.shared.audit import (
+from console.core.audit import (
     EXPORT_KEYS,
     FLEET_EXPORT_KEYS,
     AuditFilter,
@@ -41,10 +38,12 @@ from console.shared.audit import (
     login_violation,
     owner_at,
 )
+from console.core.filters import JobFilter, id_range
+from console.core.models import Event
+from console.db import sql
+from console.db.connect import Conn, lines_as, run, run_one, translate_error
+from console.db.reads import db_info, history, resolve
 from console.shared.errors import BadInput
-from console.shared.filters import JobFilter
-from console.shared.health import id_range
-from console.shared.models import Event
 from console.shared.text import sanitize, terminal_safe
 from console.shared.times import Instant
 
@@ -117,7 +116,7 @@ def screen_page(conn: Conn, f: AuditFilter, *, view: str = "events", before_id: 
 
 
 class TextSink(Protocol):
-    """Where an export writes: a text file, or stdout's descriptor (console.shared.files)."""
+    """Where an export writes: a text file, or stdout's descriptor (console.operator.files)."""
 
     def write(self, text: str, /) -> int: ...
 

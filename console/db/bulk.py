@@ -24,12 +24,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from console.core.filters import JobFilter, grammar
+from console.core.models import Action, JobSummary
 from console.db.actions import QUERY, checked_words, journal_failure, not_possible, refusal_of
 from console.db.connect import Conn, action_transaction, run, run_one
 from console.db.reads import jobs
 from console.shared.errors import BadInput, RowLocked, StatementTimedOut
-from console.shared.filters import JobFilter, grammar
-from console.shared.models import Action, JobSummary
 
 LIMIT = 1_000
 BATCH_SIZE = 50

@@ -1,6 +1,6 @@
 """The metrics' reads (issue 9): `leasectl metrics`, its exporter and screen 7.
 
-Every function takes a connection and returns typed rows (console.shared.metrics); the SQL is in
+Every function takes a connection and returns typed rows (console.core.metrics); the SQL is in
 queries/metrics/. Nothing here writes but `fold`, which only moves history totals into the
 rollup (migration 0008), off the hot path.
 """
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from console.db.connect import Conn, run, run_one
-from console.shared.metrics import (
+from console.core.metrics import (
     SPARK_MINUTES,
     By,
     FoldResult,
@@ -23,6 +22,7 @@ from console.shared.metrics import (
     TotalRow,
     check_by,
 )
+from console.db.connect import Conn, run, run_one
 
 
 def report(conn: Conn, *, window_seconds: float, by: By | str = "tool") -> MetricsReport:

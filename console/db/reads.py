@@ -5,11 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from console.db.connect import Conn, rows_as, run, run_one
-from console.shared.errors import BadInput
-from console.shared.filters import JobFilter
-from console.shared.health import id_range
-from console.shared.models import (
+from console.core.filters import JobFilter, id_range
+from console.core.models import (
     ApprovalQueue,
     ApprovalRow,
     CallDetail,
@@ -29,6 +26,8 @@ from console.shared.models import (
     Shutdown,
     TriageSnapshot,
 )
+from console.db.connect import Conn, rows_as, run, run_one
+from console.shared.errors import BadInput
 from console.shared.text import sanitize
 
 

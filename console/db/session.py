@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from console.core.models import DbInfo
 from console.db.connect import Conn, connect, ping, run, translate_error
 from console.db.migrate import check_compatible
 from console.db.reads import db_info
 from console.shared.config import CONSOLE_LIMITS, SessionLimits
 from console.shared.errors import DatabaseUnavailable, LeasectlError, ReadOnlySession
-from console.shared.models import DbInfo
 
 T = TypeVar("T")
 log = logging.getLogger("leasectl.session")

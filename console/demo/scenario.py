@@ -14,9 +14,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from console.core.models import TERMINAL_STATES
 from console.db.connect import Conn, run, run_one
 from console.demo.tools import register_demo_tools
-from console.shared.models import TERMINAL_STATES
 
 # the instant of seed 000's example lease (lease_until: 2026-07-23T21:14:30Z)
 ANCHOR = datetime(2026, 7, 23, 21, 14, 0, tzinfo=UTC)

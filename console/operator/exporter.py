@@ -42,12 +42,12 @@ import psycopg
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from console.core.metrics import Scrape, TotalRow
 from console.db import metrics
 from console.db.connect import Conn, connect, ping, run, translate_error
 from console.db.migrate import check_compatible
 from console.shared.config import METRICS_CACHE_SECONDS, METRICS_LISTEN
 from console.shared.errors import BadInput, DatabaseUnavailable, LeasectlError, PermissionDenied, ReadOnlySession
-from console.shared.metrics import Scrape, TotalRow
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.exporter")

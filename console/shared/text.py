@@ -79,3 +79,27 @@ def terminal_safe(text: str) -> str:
         return text
     return "".join(char for char in text if char == "\n" or not _hostile(char))
 
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 agent', '3 agents', '1,000 calls': at 02:00 nobody should have to parse 'agent(s)'. The
+    one way every count in words is said, in the console and the CLI alike."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
+    """Compact ages for tables: 4s, 2m05s, 3h12m, 2d4h; negative as '-4s' (or 'expired 4s ago')."""
+    if seconds is None:
+        return "—"
+    negative = seconds < 0
+    s = int(abs(seconds))
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m{s % 60:02d}s"
+    elif s < 86400:
+        text = f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    else:
+        text = f"{s // 86400}d{(s % 86400) // 3600}h"
+    if negative:
+        return f"-{text}" if signed else f"{text} ago"
+    return text

@@ -51,10 +51,10 @@ from typing import Any
 
 from psycopg.rows import tuple_row
 
+from console.core.audit import AUDIT_LIMITS, parse_audit_filter
 from console.db import audit as audit_db
 from console.db import reads, sql
 from console.db.connect import connect, run, run_one
-from console.shared.audit import AUDIT_LIMITS, parse_audit_filter
 from console.shared.config import SessionLimits
 from console.shared.errors import StatementTimedOut
 from console.shared.times import Instant
@@ -134,7 +134,7 @@ import json, re, sys, time
 from datetime import datetime
 from console.db import audit
 from console.db.connect import connect, run
-from console.shared.audit import AUDIT_LIMITS
+from console.core.audit import AUDIT_LIMITS
 dsn, since, until = sys.argv[1], sys.argv[2] or None, sys.argv[3] or None
 t0 = time.perf_counter()
 n = 0

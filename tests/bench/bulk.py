@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from console.core.filters import parse_filter
 from console.db import bulk
 from console.db.connect import connect, run_one
-from console.shared.filters import parse_filter
 from tests.bench.common import bench_server, machine_facts
 
 TOOL = dict(name="bench_search", side_effect="read_only", lease_seconds=600, heartbeat_seconds=60,

@@ -115,9 +115,9 @@ async def table_refresh_timings(rows: int, runs: int) -> tuple[float, list[float
     """(first fill, sync times, frame times over an idle frame, the idle frame itself), in ms."""
     from textual.app import App, ComposeResult
 
+    from console.core.models import JobSummary
     from console.operator.tui.screens.calls import COLUMNS
     from console.operator.tui.widgets.calltable import CallTable
-    from console.shared.models import JobSummary
 
     now = datetime.now(UTC)
 

@@ -24,14 +24,14 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
+from console.core.audit import EXPORT_COLUMNS, EXPORT_KEYS, AuditFilter, JobAsOf, parse_audit_filter
+from console.core.filters import JobFilter
 from console.db import actions, reads
 from console.db import audit as audit_db
 from console.db.connect import lines_as, run
 from console.operator.cli import app
-from console.shared.audit import EXPORT_COLUMNS, EXPORT_KEYS, AuditFilter, JobAsOf, parse_audit_filter
+from console.operator.files import atomic_write
 from console.shared.errors import BadInput, RowLocked
-from console.shared.files import atomic_write
-from console.shared.filters import JobFilter
 from console.shared.times import parse_time
 from tests.conftest import ROOT
 from tests.helpers import (

@@ -20,8 +20,8 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
+from console.core.audit import EXPORT_KEYS, FLEET_EXPORT_KEYS, OperatorAction
 from console.operator.cli import app, common
-from console.shared.audit import EXPORT_KEYS, FLEET_EXPORT_KEYS, OperatorAction
 from tests.helpers import (
     FAST,
     approve,

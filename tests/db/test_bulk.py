@@ -9,10 +9,10 @@ import threading
 import pytest
 from typer.testing import CliRunner
 
+from console.core.filters import parse_filter
 from console.db import bulk
 from console.operator.cli import app
 from console.shared.errors import BadInput
-from console.shared.filters import parse_filter
 from tests.helpers import (
     FAST,
     claim,

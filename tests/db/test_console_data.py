@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from console.core.filters import JobFilter
+from console.core.health import HEALTH_RANK
+from console.core.models import Applied, Refused
 from console.db import actions, reads
 from console.db.session import ConsoleSession
 from console.operator.present import action_message
 from console.shared.errors import BadInput, ReadOnlySession, RowLocked
-from console.shared.filters import JobFilter
-from console.shared.health import HEALTH_RANK
-from console.shared.models import Applied, Refused
 from tests.helpers import (
     FAST,
     cancel,

@@ -11,9 +11,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from console.core.filters import parse_filter, parse_selection
 from console.operator.cli import app
 from console.shared.errors import BadInput
-from console.shared.filters import parse_filter, parse_selection
 from tests.helpers import FAST, claim, enqueue, register_tool, report_unknown, start_side_effect
 
 BLANKS = ["", "   ", "\t"]

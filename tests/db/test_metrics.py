@@ -20,11 +20,11 @@ import pytest
 from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
+from console.core.metrics import MetricsGroup
 from console.db import metrics
 from console.db.connect import Conn, run, run_one
 from console.operator import exporter
 from console.operator.cli import app
-from console.shared.metrics import MetricsGroup
 from tests.conftest import ROOT
 from tests.helpers import claim, enqueue, heartbeat, record_event, register_tool, sweep, wait_until
 from tests.netproxy import DbProxy
@@ -356,7 +356,7 @@ def test_counters_are_monotonic_across_scrapes_and_an_exporter_restart(db):
 
 
 def test_the_collector_never_reports_less_than_before():
-    from console.shared.metrics import Scrape, TotalRow
+    from console.core.metrics import Scrape, TotalRow
 
     def row(n: int, tool: str) -> TotalRow:
         return TotalRow(metric="reclaims", tool=tool, model="", provider="", le=float("inf"), n=n, seconds=0,
@@ -372,7 +372,7 @@ def test_the_collector_never_reports_less_than_before():
 def test_a_clamped_histogram_stays_cumulative_when_a_bucket_is_new():
     """Each sample is held at its highest; a bucket with no past (the bounds changed between scrapes
     while history was pruned) must still not stand below the bucket under it, and +Inf is _count."""
-    from console.shared.metrics import Scrape, TotalRow
+    from console.core.metrics import Scrape, TotalRow
 
     def row(n: int, le: float, bounds: list[float]) -> TotalRow:
         return TotalRow(metric="queue_wait", tool="a", model="", provider="", le=le, n=n, seconds=0.5 * n,
@@ -429,7 +429,7 @@ def test_the_cache_expires():
     reads = []
 
     def read():
-        from console.shared.metrics import Scrape
+        from console.core.metrics import Scrape
 
         reads.append(now[0])
         return Scrape(live=[], totals=[])
@@ -516,7 +516,7 @@ def test_the_exporter_and_the_metrics_cli_import_without_textual():
 def test_no_metric_sql_lives_in_python():
     """The metrics' SQL is in queries/metrics/ (each file with its header), none in the modules."""
     for module in ("console/db/metrics.py", "console/operator/exporter.py", "console/operator/cli/metrics.py",
-                   "console/shared/metrics.py", "console/operator/present/metrics.py"):
+                   "console/core/metrics.py", "console/operator/present/metrics.py"):
         source = (ROOT / module).read_text().lower()
         for word in ("select ", "insert into", "update tool_jobs", " from job_events"):
             assert word not in source, f"{module} holds SQL ({word!r})"

@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
+from console.core.models import Applied
 from console.db import actions, reads
 from console.db.session import ConsoleSession
 from console.shared.errors import DatabaseUnavailable, OutcomeUnknown
-from console.shared.models import Applied
 from tests.helpers import enqueue, events, job, register_tool, wait_until
 from tests.netproxy import DbProxy
 

@@ -292,9 +292,9 @@ async def test_hostile_text_on_the_audit_screen_never_reaches_the_terminal(db):
 
 
 async def test_esc_during_an_export_stops_it_and_says_nothing_was_written(history, tmp_path):
+    from console.operator.files import atomic_write
     from console.operator.tui.screens.export import ExportDialog
     from console.shared.errors import LeasectlError
-    from console.shared.files import atomic_write
 
     db, *_ = history
     target = tmp_path / "slow.jsonl"

@@ -17,8 +17,8 @@ from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_fro
 
 from console.db.session import ConsoleSession
 from console.operator.tui.app import LeasectlApp
+from console.operator.tui.clock import FrozenClock
 from console.operator.tui.pictures import SMALL
-from console.shared.clock import FrozenClock
 from tests.helpers import claim, complete, enqueue, register_tool
 from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, screen_text, settle
 from tests.tui.test_flows import open_call, type_text

@@ -1,4 +1,4 @@
-"""Where an export may write (console.shared.files.writable_target) and how it writes there."""
+"""Where an export may write (console.operator.files.writable_target) and how it writes there."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from console.shared import files as files_module
+from console.operator import files as files_module
+from console.operator.files import BackgroundWriter, atomic_write, writable_target
 from console.shared.errors import BadInput
-from console.shared.files import BackgroundWriter, atomic_write, writable_target
 
 
 def test_a_new_file_a_relative_name_and_a_home_path_are_fine(tmp_path, monkeypatch):

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from console.core.filters import JobFilter, grammar, parse_filter
+from console.core.models import JobSummary
 from console.shared.errors import BadInput
-from console.shared.filters import JobFilter, grammar, parse_filter
-from console.shared.models import JobSummary
 
 NOW = datetime(2026, 12, 3, 2, 13, tzinfo=UTC)
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rich.console import Console
 
+from console.core.models import JobSummary
 from console.operator.present.calls import id_prefix_chars, jobs_table
-from console.shared.models import JobSummary
 
 NOW = datetime(2026, 12, 3, 2, 13, tzinfo=UTC)
 

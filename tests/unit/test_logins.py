@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
+from console.core.audit import bound_to, login_violation
 from console.operator.present.logins import LOGIN_MARK, LOGIN_STYLE, claimed, legend_if_claimed, login_cell, who_text
-from console.shared.audit import bound_to, login_violation
 
 
 def plain(text) -> str:

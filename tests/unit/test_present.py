@@ -8,9 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 
-from console.operator import present
-from console.operator.present.words import health_words, live_ages
-from console.shared.models import (
+from console.core.models import (
     Applied,
     ChildEntry,
     Event,
@@ -21,6 +19,8 @@ from console.shared.models import (
     ReconciliationRecord,
     Refused,
 )
+from console.operator import present
+from console.operator.present.words import health_words, live_ages
 
 NOW = datetime(2026, 12, 3, 2, 13, tzinfo=UTC)
 ID = uuid.UUID("8f1b7c3d-0000-4000-8000-000000000001")

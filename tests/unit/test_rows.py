@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 from pydantic import ValidationError
 
+from console.core.audit import JobAsOf
+from console.core.models import JobSummary
 from console.db.connect import rows_as
-from console.shared.audit import JobAsOf
-from console.shared.models import JobSummary
 
 NOW = datetime(2026, 12, 4, 2, 13, tzinfo=UTC)
 

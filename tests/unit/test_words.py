@@ -1,5 +1,5 @@
 """Counts in words, in the console and the CLI alike: "1 call", "1 event", "1 agent", never
-"1 calls" -- one helper says them all (console.shared.health.counted) -- and a bulk action that
+"1 calls" -- one helper says them all (console.shared.text.counted) -- and a bulk action that
 would send nothing says so instead of asking for a count of zero."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from pathlib import Path
 
 from rich.console import Console
 
+from console.core.models import Event, FleetAgent, FleetSnapshot, JobSummary, Shutdown, ShutdownRequested
 from console.db.bulk import plan
 from console.operator import present
 from console.operator.present.bulk import plan_words
-from console.shared.health import counted
-from console.shared.models import Event, FleetAgent, FleetSnapshot, JobSummary, Shutdown, ShutdownRequested
+from console.shared.text import counted
 
 NOW = datetime(2026, 12, 3, 2, 13, tzinfo=UTC)
 ID = uuid.UUID("8f1b7c3d-0000-4000-8000-000000000001")
 CONSOLE = Path(__file__).resolve().parents[2] / "console"
 # the words people read: the console, the CLI and the rules they share
-WORDS = [CONSOLE / "operator", CONSOLE / "shared"]
+WORDS = [CONSOLE / "operator", CONSOLE / "shared", CONSOLE / "core"]
 
 
 def render(renderable: object, width: int = 120) -> str:
@@ -76,4 +76,4 @@ def test_no_count_is_pluralised_by_hand():
                 if "more than" in line[max(match.start() - 12, 0):match.start()]:
                     continue  # "more than {limit:,} calls": a limit is never one
                 found.append(f"{path.relative_to(CONSOLE.parent)}:{number}: {match.group(0)}")
-    assert not found, "say counts with console.shared.health.counted:\n" + "\n".join(found)
+    assert not found, "say counts with console.shared.text.counted:\n" + "\n".join(found)

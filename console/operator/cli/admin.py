@@ -28,8 +28,7 @@ from console.operator.cli.common import (
 )
 from console.operator.doctor import diagnose
 from console.shared.errors import BadInput
-from console.shared.health import counted
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 
 
 @app.command()

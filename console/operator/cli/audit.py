@@ -17,6 +17,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from console.core.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, FLEET_EXPORT_KEYS, OUTCOMES
+from console.core.filters import JobFilter
+from console.core.models import JobSummary
 from console.db import audit as audit_db
 from console.db import reads
 from console.db.connect import Conn, connect, run
@@ -32,14 +35,10 @@ from console.operator.cli.common import (
     out,
     print_json,
 )
+from console.operator.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
 from console.operator.present import audit as words
-from console.shared.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, FLEET_EXPORT_KEYS, OUTCOMES
 from console.shared.errors import BadInput, LeasectlError
-from console.shared.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
-from console.shared.filters import JobFilter
-from console.shared.health import counted
-from console.shared.models import JobSummary
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, parse_time
 
 audit_app = typer.Typer(name="audit", no_args_is_help=True, add_completion=False,

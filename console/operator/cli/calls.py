@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from console.core.filters import filter_from_options, grammar, parse_selection
+from console.core.models import Action, Applied, TerminalState
 from console.db import actions, bulk, reads
 from console.operator import present
 from console.operator.cli.common import (
@@ -29,10 +31,7 @@ from console.operator.cli.common import (
 )
 from console.operator.present import bulk as present_bulk
 from console.shared.errors import BadInput
-from console.shared.filters import filter_from_options, grammar, parse_selection
-from console.shared.health import counted
-from console.shared.models import Action, Applied, TerminalState
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 
 TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fencing token you saw: the "
                                                  "action is refused if it changed (no question asked)")]

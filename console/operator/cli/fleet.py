@@ -11,6 +11,8 @@ import typer
 from rich.markup import escape
 
 from console.control.supervisor import Supervisor, TickReport
+from console.core.fleet import subtree
+from console.core.models import ShutdownMode, ShutdownRequested
 from console.db import actions, reads
 from console.operator import present
 from console.operator.cli.common import (
@@ -32,8 +34,6 @@ from console.operator.cli.common import (
     refuse_if_read_only,
 )
 from console.shared.errors import BadInput
-from console.shared.fleet_words import subtree
-from console.shared.models import ShutdownMode, ShutdownRequested
 from console.shared.text import sanitize
 
 AgentArgument = Annotated[str, typer.Argument(help="The agent at the root of the subtree", show_default=False)]

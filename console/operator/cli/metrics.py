@@ -58,9 +58,9 @@ def _refuse(message: str) -> None:
 
 def _show(window: str, by: str, as_json: bool, dsn: str | None) -> None:
     # imported here, not above: every other command starts 35 ms sooner without them
+    from console.core.metrics import check_by
     from console.db import metrics as metric_reads
     from console.operator.present.metrics import metrics_table
-    from console.shared.metrics import check_by
 
     seconds = parse_duration(window, what="--window")
     chosen = check_by(by)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from console.shared.health import counted
-from console.shared.models import Action, ActionResult, Applied, ShutdownRequested, ShutdownResult
-from console.shared.text import sanitize
+from console.core.models import Action, ActionResult, Applied, ShutdownRequested, ShutdownResult
+from console.shared.text import counted, sanitize
 
 
 def action_verb(action: Action, terminal_state: str | None = None) -> str:

@@ -9,11 +9,10 @@ from datetime import datetime
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from console.core.audit import ENDINGS, RULES, Holding, OperatorAction, OwnerAt, VerifyReport
 from console.operator.present.logins import legend_if_claimed, who_text
 from console.operator.present.words import STYLE, when
-from console.shared.audit import ENDINGS, RULES, Holding, OperatorAction, OwnerAt, VerifyReport
-from console.shared.health import counted, format_seconds
-from console.shared.text import sanitize
+from console.shared.text import counted, format_seconds, sanitize
 
 OUTCOME_STYLE = {"applied": STYLE["ok"], "refused": STYLE["warn"], "failed": STYLE["bad"]}
 

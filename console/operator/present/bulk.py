@@ -10,7 +10,7 @@ from rich.text import Text
 
 from console.db.bulk import BulkPlan, BulkResult, Outcome
 from console.operator.present.words import side_effect_words, state_label, state_style, t
-from console.shared.health import counted
+from console.shared.text import counted
 
 VERBS = {"cancel": "cancel", "mark_terminal": "mark terminal", "approve_retry": "approve a retry of"}
 NOTHING = {"cancel": "Nothing to cancel", "mark_terminal": "Nothing to mark terminal",

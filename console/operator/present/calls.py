@@ -15,9 +15,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from console.core.models import LIVE_STATES, ZOMBIE_KINDS, Event, Job, JobSummary, LineageRow
 from console.db.reads import ownership_timeline
 from console.operator.present.logins import is_operator_kind, legend_if_claimed, usual_login, who_text
 from console.operator.present.words import (
+    HEALTH_MEANING,
     STYLE,
     clock,
     health_words,
@@ -29,9 +31,7 @@ from console.operator.present.words import (
     t,
     when,
 )
-from console.shared.health import HEALTH_MEANING, counted, format_seconds
-from console.shared.models import LIVE_STATES, ZOMBIE_KINDS, Event, Job, JobSummary, LineageRow
-from console.shared.text import sanitize
+from console.shared.text import counted, format_seconds, sanitize
 
 LOUD_EVENTS = (*ZOMBIE_KINDS, "ownership_unknown")
 # a detail value of an event is shown whole up to this many characters (then cut with a marker)

@@ -11,18 +11,86 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from console.core.fleet import tree_prefixes, window_left
+from console.core.models import FleetAgent, FleetSnapshot, GrantEntry, HeldGrant, ReconciliationRecord, Shutdown
 from console.operator.present.words import one_line, t, when
-from console.shared.fleet_words import (
-    AGENT_STATE_STYLE,
-    RESOLUTION_MEANING,
-    RESOLUTION_STYLE,
-    shutdown_phase,
-    stopped_label,
-    tree_prefixes,
-)
-from console.shared.health import counted, format_seconds
-from console.shared.models import FleetAgent, FleetSnapshot, GrantEntry, HeldGrant, ReconciliationRecord
-from console.shared.text import sanitize
+from console.shared.text import counted, format_seconds, sanitize
+
+AGENT_STATE_STYLE = {
+    "running": "green",
+    "draining": "bold yellow",
+    "aborting": "bold red",
+    "reconciling": "bold magenta",
+    "terminated": "dim",
+}
+AGENT_STATE_MEANING = {
+    "running": "takes new calls",
+    "draining": "no new calls; running ones finish within the window (a shutdown is under way)",
+    "aborting": "no new calls; running ones are asked to cancel and must confirm",
+    "reconciling": "nothing runs any more; the control plane is writing the record",
+    "terminated": "stopped, with a reconciliation record; 'NEVER' under stopped = it never confirmed",
+}
+RESOLUTION_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "",
+    "never_started": "dim",
+    "cancel_unconfirmed": "bold yellow",
+    "outcome_unknown": "bold magenta",
+}
+RESOLUTION_MEANING = {
+    "completed": "finished with a result",
+    "failed": "failed",
+    "cancelled": "cancelled, confirmed by its worker (or before it ran again)",
+    "never_started": "queued when the shutdown came: never started",
+    "cancel_unconfirmed": "stopped without its worker confirming: fenced out, may have run on",
+    "outcome_unknown": "an unverifiable side effect may have happened: a human decides (approvals)",
+}
+
+
+def stopped_label(agent: FleetAgent) -> tuple[str, str]:
+    """Whether the agent confirmed it stopped, and how loud to say it."""
+    if agent.terminated_confirmed_at is not None:
+        return "confirmed", "green"
+    if agent.state == "running":
+        return "—", "dim"
+    if agent.state == "terminated":
+        return "NEVER", "bold red"  # terminated without confirming: unaccounted in its record
+    return "not yet", "yellow"
+
+
+def grant_words(grant: HeldGrant, now: datetime | None = None) -> str:
+    """`credential vault:prod-db (from code-1, expires in 39m)`, by the database's clock."""
+    left = (grant.expires_at - now).total_seconds() if now else grant.expires_in_seconds
+    when = f"expires in {seconds(left)}" if left > 0 else f"EXPIRED {seconds(-left)} ago, not revoked"
+    return f"{grant.kind} {grant.resource} (from {grant.issued_by}, {when})"
+
+
+def seconds(value: float) -> str:
+    return format_seconds(max(value, 0))
+
+
+
+def shutdown_phase(s: Shutdown, now: datetime | None = None) -> str:
+    """`draining · 42 seconds left of 1 minute`, in the database's clock."""
+    if s.state == "requested":
+        return "requested · waiting for the supervisor (`leasectl supervise`)"
+    if s.state == "terminated":
+        if s.unaccounted:
+            return f"terminated · {counted(s.unaccounted, 'agent')} UNACCOUNTED"
+        return "terminated · every agent confirmed"
+    window = seconds(s.phase_window_seconds or s.window_seconds)
+    left = window_left(s, now)
+    if left is None:
+        return s.state
+    if left <= 0:
+        after = {"draining": "aborting what still runs", "aborting": "fencing unconfirmed calls",
+                 "reconciling": "writing the record"}[s.state]
+        return f"{s.state} · window of {window} over: {after}"
+    if s.state == "reconciling":
+        return f"reconciling · agents may still confirm for {seconds(left)}"
+    return f"{s.state} · {seconds(left)} left of {window}"
+
 
 ID_CHARS = 60  # agent ids are worker-chosen: a 3,000-character one must not push a record off screen
 

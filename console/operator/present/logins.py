@@ -16,7 +16,7 @@ from collections import Counter
 
 from rich.text import Text
 
-from console.shared.audit import bound_to
+from console.core.audit import bound_to
 from console.shared.text import sanitize
 
 LOGIN_MARK = "≠"

@@ -10,10 +10,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from console.core.health import Urgency
+from console.core.metrics import MetricsGroup, MetricsReport
 from console.operator.present.words import STYLE, when
-from console.shared.health import Urgency, format_seconds
-from console.shared.metrics import MetricsGroup, MetricsReport
-from console.shared.text import sanitize
+from console.shared.text import format_seconds, sanitize
 
 NO_KEY = "(none)"
 

@@ -7,18 +7,16 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from console.shared.health import (
+from console.core.health import (
     HEALTH_URGENCY,
     STATE_URGENCY,
     Urgency,
     deadline_urgency,
-    format_seconds,
-    health_label,
     heartbeat_urgency,
     lease_urgency,
 )
-from console.shared.models import LIVE_STATES, JobSummary
-from console.shared.text import sanitize
+from console.core.models import LIVE_STATES, JobSummary
+from console.shared.text import format_seconds, sanitize
 
 STYLE: dict[Urgency, str] = {
     "ok": "green",
@@ -33,6 +31,32 @@ SIDE_EFFECT_SHORT = {"read_only": "read-only", "mutating_verifiable": "verifiabl
 SIDE_EFFECT_STYLE = {"read_only": "dim", "mutating_verifiable": "", "mutating_unverifiable": "bold magenta"}
 # where a value from the database is shown whole (a detail pane, a reason) it is still bounded
 LONG = 2_000
+
+
+HEALTH_LABELS = {
+    "healthy": "healthy",
+    "heartbeat_late": "heartbeat late",
+    "lease_expired": "lease expired",
+    "cancel_unheard": "cancel unheard",
+    "outcome_unknown": "outcome unknown",
+    "zombie": "zombie",
+    "over_stage_timeout": "over stage timeout",
+}
+
+# what each label means, for help and the detail screen
+HEALTH_MEANING = {
+    "healthy": "the owner renews its lease on time",
+    "heartbeat_late": "a heartbeat is overdue (more than H + J), the lease is not gone yet",
+    "lease_expired": "the lease ran out and nobody has reclaimed or swept the call yet",
+    "cancel_unheard": "a cancel was requested more than 2H + J ago and the worker has not confirmed it",
+    "outcome_unknown": "a side effect started and the answer was lost: a human decides",
+    "zombie": "a write with a stale fencing token was rejected in the last 5 minutes",
+    "over_stage_timeout": "it heartbeats, but has run longer than its tool's stage timeout",
+}
+
+
+def health_label(health: str) -> str:
+    return HEALTH_LABELS.get(health, health)
 
 
 def t(value: object, style: str = "", *, max_chars: int | None = LONG) -> Text:

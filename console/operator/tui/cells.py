@@ -15,8 +15,8 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 
+from console.core.models import JobSummary
 from console.operator.present.words import health_words, live_ages, side_effect_words, state_label, state_style
-from console.shared.models import JobSummary
 from console.shared.text import sanitize
 
 # a cell never holds more than this (a 100k-character owner id costs nothing to show)

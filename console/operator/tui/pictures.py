@@ -18,8 +18,8 @@ from textual.pilot import Pilot
 from console.db.session import ConsoleSession
 from console.demo.scenario import ANCHOR
 from console.operator.tui.app import LeasectlApp
+from console.operator.tui.clock import FrozenClock
 from console.operator.tui.screens.base import PollingScreen
-from console.shared.clock import FrozenClock
 
 SIZE = (140, 45)
 SMALL = (80, 24)  # what every screen must still make sense at: health and freshness first

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from console.db.session import ConsoleSession
-from console.shared.clock import Clock
+from console.operator.tui.clock import Clock
 from console.shared.errors import DatabaseUnavailable, SchemaError
 
 

@@ -32,19 +32,18 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.widgets._select import SelectOverlay
 from textual.worker import Worker, WorkerState
 
+from console.core.models import Action, Applied, JobSummary
 from console.db import actions
 from console.db.connect import Conn
 from console.db.sql import load
 from console.operator import present
+from console.operator.tui.clock import FrozenClock
 from console.operator.tui.failures import as_expected, describe_failure
 from console.operator.tui.messages import DataFailed
 from console.operator.tui.state import ConsoleApp
-from console.shared.clock import FrozenClock
 from console.shared.config import MAX_REASON_CHARS
 from console.shared.errors import DatabaseUnavailable, Deadlocked, OutcomeUnknown, RowLocked
-from console.shared.health import counted, format_seconds
-from console.shared.models import Action, Applied, JobSummary
-from console.shared.text import sanitize
+from console.shared.text import counted, format_seconds, sanitize
 
 # A key that follows the previous one within this long belongs to the same burst of typing: if the
 # burst began before the dialog was on screen, it was not typed *at* the dialog.

@@ -17,6 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Label, Static
 
+from console.core.filters import JobFilter, grammar, parse_filter
+from console.core.models import ApprovalQueue, ApprovalRow, JobSummary
 from console.db import reads
 from console.db.connect import Conn
 from console.operator.present.words import clock
@@ -27,10 +29,7 @@ from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.filters import JobFilter, grammar, parse_filter
-from console.shared.health import counted, format_seconds
-from console.shared.models import ApprovalQueue, ApprovalRow, JobSummary
-from console.shared.text import sanitize
+from console.shared.text import counted, format_seconds, sanitize
 
 GROUPS = (
     ("mutating_unverifiable", "UNVERIFIABLE side effects — nobody can check; only a human decides"),

@@ -2,7 +2,7 @@
 or the operator journal (`j`: every cancel, mark terminal, approval, drain and abort, applied,
 refused or failed); a filter of its own (`job:` `owner:` `operator:` `kind:` `since:` `until:`
 `at:`); with `job:` and `at:` the answer to "who held it then" stands on top (from the history
-alone, console.shared.audit's rules); `e` exports what the view shows for the filter -- the events,
+alone, console.core.audit's rules); `e` exports what the view shows for the filter -- the events,
 or the operator journal's rows (JSONL or CSV, off the UI thread, with progress, under a temporary
 name); `enter` opens the call's detail at that event. Each row names the login that wrote it and
 marks a name that is not that login's own (console.operator.present.logins)."""
@@ -20,9 +20,19 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Label, Static
 
+from console.core.audit import (
+    AUDIT_LIMITS,
+    AuditFilter,
+    AuditPage,
+    OperatorAction,
+    audit_grammar,
+    parse_audit_filter,
+)
+from console.core.models import ZOMBIE_KINDS, Event
 from console.db import audit as audit_db
 from console.db.connect import Conn, connect, run
 from console.db.reads import resolve
+from console.operator.files import atomic_write
 from console.operator.present.audit import (
     OUTCOME_STYLE,
     action_detail,
@@ -39,19 +49,8 @@ from console.operator.tui.screens.export import ExportDialog
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.audit import (
-    AUDIT_LIMITS,
-    AuditFilter,
-    AuditPage,
-    OperatorAction,
-    audit_grammar,
-    parse_audit_filter,
-)
 from console.shared.errors import LeasectlError
-from console.shared.files import atomic_write
-from console.shared.health import counted
-from console.shared.models import ZOMBIE_KINDS, Event
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 
 PAGE = 200
 LOUD = (*ZOMBIE_KINDS, "ownership_unknown", "operator_action_failed")

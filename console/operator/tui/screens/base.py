@@ -30,6 +30,7 @@ from textual.timer import Timer
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from console.core.models import JobSummary
 from console.db.actions import not_possible
 from console.db.connect import Conn
 from console.operator.tui.failures import as_expected, describe_failure
@@ -37,7 +38,6 @@ from console.operator.tui.messages import DataArrived, DataFailed
 from console.operator.tui.state import ConsoleApp, why_no_actions
 from console.operator.tui.widgets.filterbar import FilterBar
 from console.shared.errors import BadInput, LeasectlError
-from console.shared.models import JobSummary
 
 CALL_ACTION_BINDINGS: list[BindingType] = [
     Binding("c", "cancel_call", "Cancel", tooltip="Request a cancel of the selected call"),

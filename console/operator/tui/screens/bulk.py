@@ -23,13 +23,13 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
+from console.core.models import Action, JobSummary
 from console.db import actions, bulk
 from console.db.connect import Conn
 from console.operator.present import bulk as words
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.action import ChoiceSelect, GuardedDialog, SafeCheckbox
-from console.shared.health import counted
-from console.shared.models import Action, JobSummary
+from console.shared.text import counted
 
 TITLES = {"cancel": "Cancel", "mark_terminal": "Mark terminal", "approve_retry": "Approve retries of"}
 

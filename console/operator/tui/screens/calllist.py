@@ -1,6 +1,6 @@
 """A live screen whose body is a list of calls (Triage, Calls): its ages tick, its selection is the
 call the actions act on, `enter` (or a second click) opens that call, and `/` filters it with the
-one grammar (console.shared.filters), the active filter always shown."""
+one grammar (console.core.filters), the active filter always shown."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
+from console.core.filters import JobFilter, parse_filter
+from console.core.models import JobSummary
 from console.db.bulk import BulkResult
 from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.filterbar import FilterLine
 from console.operator.tui.widgets.livetable import LiveTable
-from console.shared.filters import JobFilter, parse_filter
-from console.shared.models import JobSummary
 from console.shared.text import sanitize
 from console.shared.times import parse_past
 

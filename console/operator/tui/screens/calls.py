@@ -13,6 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
+from console.core.filters import JobFilter, grammar
+from console.core.models import JobSummary
 from console.db import audit, bulk, reads
 from console.db.connect import Conn
 from console.operator.tui.failures import describe_failure
@@ -21,9 +23,7 @@ from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.filters import JobFilter, grammar
-from console.shared.health import counted
-from console.shared.models import JobSummary
+from console.shared.text import counted
 from console.shared.times import Instant, parse_past
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)

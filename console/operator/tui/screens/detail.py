@@ -23,16 +23,16 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
+from console.core.models import CallDetail, JobSummary, PayloadPreview
 from console.db import reads
 from console.db.connect import Conn
 from console.operator import present
+from console.operator.files import atomic_write
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
 from console.operator.tui.screens.export import ExportDialog
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.errors import BadInput
-from console.shared.files import atomic_write
-from console.shared.models import CallDetail, JobSummary, PayloadPreview
 from console.shared.text import sanitize
 
 NARROW = 110  # the app's -narrow breakpoint

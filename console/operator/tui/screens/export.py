@@ -20,11 +20,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from console.operator.files import writable_target
 from console.operator.tui.failures import describe_failure
 from console.shared.errors import BadInput
-from console.shared.files import writable_target
-from console.shared.health import counted
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 
 # write(path, format, progress(done, total|None), cancelled()) -> how many records it wrote
 Writer = Callable[[Path, str, Callable[[int, int | None], None], Callable[[], bool]], int]

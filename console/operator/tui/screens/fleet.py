@@ -20,27 +20,27 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Label, Static
 
+from console.core.filters import AGENT_KEYS, FieldFilter, field_grammar, parse_fields
+from console.core.fleet import subtree, tree_prefixes
+from console.core.models import FleetAgent, FleetSnapshot, Shutdown, ShutdownMode
 from console.db import reads
 from console.db.connect import Conn
-from console.operator.present.fleet import ID_CHARS, live_grants_of, subtree_counts
+from console.operator.present.fleet import (
+    AGENT_STATE_STYLE,
+    ID_CHARS,
+    grant_words,
+    live_grants_of,
+    shutdown_phase,
+    stopped_label,
+    subtree_counts,
+)
 from console.operator.present.words import clock
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.filters import AGENT_KEYS, FieldFilter, field_grammar, parse_fields
-from console.shared.fleet_words import (
-    AGENT_STATE_STYLE,
-    grant_words,
-    shutdown_phase,
-    stopped_label,
-    subtree,
-    tree_prefixes,
-)
-from console.shared.health import counted, format_seconds
-from console.shared.models import FleetAgent, FleetSnapshot, Shutdown, ShutdownMode
-from console.shared.text import sanitize
+from console.shared.text import counted, format_seconds, sanitize
 
 AGENT_COLUMNS = [Column("agent", "agent", 26, 0), Column("state", "state", 11, 0), Column("seen", "seen ago", 8, 0),
                  Column("stopped", "stopped", 9, 1), Column("running", "calls", 5, 2), Column("queued", "queued", 6, 3),

@@ -15,9 +15,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 from console.db.session import ConsoleSession
+from console.operator.present.fleet import AGENT_STATE_MEANING, RESOLUTION_MEANING
+from console.operator.present.words import HEALTH_LABELS, HEALTH_MEANING
 from console.shared.dsn import masked_dsn
-from console.shared.fleet_words import AGENT_STATE_MEANING, RESOLUTION_MEANING
-from console.shared.health import HEALTH_LABELS, HEALTH_MEANING
 from console.shared.text import sanitize
 
 KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "esc", "enter": "enter", "space": "space",

@@ -13,6 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Label, Sparkline, Static
 
+from console.core.filters import JobFilter
+from console.core.metrics import BYS, By, MetricsGroup, MetricsScreenData
 from console.db import metrics
 from console.db.connect import Conn
 from console.operator.present.metrics import COLUMNS, NO_KEY, SPARKS, group_words, screen_title, spark_summary
@@ -22,8 +24,6 @@ from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.calls import CallsScreen
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.filters import JobFilter
-from console.shared.metrics import BYS, By, MetricsGroup, MetricsScreenData
 from console.shared.text import sanitize
 
 NONE_KEY = "\x00none"  # the row of calls without a model (or provider): no real name can be this

@@ -17,9 +17,19 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Label, Static
 
+from console.core.filters import RECORD_KEYS, FieldFilter, field_grammar, parse_fields
+from console.core.models import ChildEntry, ReconciliationRecord
 from console.db import reads
 from console.db.connect import Conn
-from console.operator.present.fleet import ID_CHARS, grant_line, record_title, resolution_words, unaccounted_block
+from console.operator.present.fleet import (
+    ID_CHARS,
+    RESOLUTION_MEANING,
+    RESOLUTION_STYLE,
+    grant_line,
+    record_title,
+    resolution_words,
+    unaccounted_block,
+)
 from console.operator.present.words import when
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
@@ -27,11 +37,7 @@ from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.filters import RECORD_KEYS, FieldFilter, field_grammar, parse_fields
-from console.shared.fleet_words import RESOLUTION_MEANING, RESOLUTION_STYLE
-from console.shared.health import counted
-from console.shared.models import ChildEntry, ReconciliationRecord
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 
 RECORD_COLUMNS = [Column("written", "written (UTC)", 19, 0), Column("shutdown", "shutdown of", 22, 0),
                   Column("unaccounted", "unaccounted", 13, 0), Column("calls", "calls", 5, 1),

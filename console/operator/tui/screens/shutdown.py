@@ -15,14 +15,13 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Input, Label, Static
 
+from console.core.fleet import subtree
+from console.core.models import FleetAgent, HeldGrant, ShutdownMode, ShutdownRequested
 from console.db import actions
 from console.db.connect import Conn
 from console.operator import present
 from console.operator.tui.screens.action import GuardedDialog
-from console.shared.fleet_words import subtree
-from console.shared.health import counted
-from console.shared.models import FleetAgent, HeldGrant, ShutdownMode, ShutdownRequested
-from console.shared.text import sanitize
+from console.shared.text import counted, sanitize
 
 DEFAULT_WINDOW = {"drain": 300, "abort": 60}
 

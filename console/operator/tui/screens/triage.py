@@ -10,6 +10,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
+from console.core.filters import grammar
+from console.core.health import HEALTH_RANK
+from console.core.models import Counts, JobSummary, TriageSnapshot
 from console.db import audit, reads
 from console.db.connect import Conn
 from console.operator.present.words import clock, one_line
@@ -19,9 +22,7 @@ from console.operator.tui.widgets.counts import CountsStrip
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.filters import grammar
-from console.shared.health import HEALTH_RANK, counted
-from console.shared.models import Counts, JobSummary, TriageSnapshot
+from console.shared.text import counted
 from console.shared.times import Instant, parse_past
 
 # at 80 columns: the id, its health, the lease and the heartbeat stay; the rest gives way first

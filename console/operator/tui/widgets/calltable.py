@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from console.core.models import JobSummary
 from console.operator.tui.cells import Cell, age_cells, health_cell, side_effect_cell, state_cell
 from console.operator.tui.widgets.livetable import Column, LiveTable
-from console.shared.models import JobSummary
 
 TICKING = ("heartbeat", "lease", "deadline")
 

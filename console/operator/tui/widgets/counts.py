@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from console.shared.models import Counts
+from console.core.models import Counts
 
 # (field, label, short label for a narrow terminal, colour when non-zero); the first ones need a human
 CELLS = (

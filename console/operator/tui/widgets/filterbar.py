@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from console.shared.clock import FrozenClock
+from console.operator.tui.clock import FrozenClock
 from console.shared.text import sanitize
 
 

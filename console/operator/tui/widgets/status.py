@@ -14,8 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from console.operator.tui.state import ConsoleApp, Freshness, trouble_banner
-from console.shared.health import format_seconds
-from console.shared.text import sanitize
+from console.shared.text import format_seconds, sanitize
 
 CRUMB_SEPARATOR = " \N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} "
 

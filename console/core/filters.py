@@ -20,11 +20,12 @@ option given an empty value (`jobs --tool "$TOOL"`) is bad input for a read as w
 from __future__ import annotations
 
 import re
+import uuid
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from console.core.models import HEALTHS, STATES, JobSummary
 from console.shared.errors import BadInput
-from console.shared.models import HEALTHS, STATES, JobSummary
 from console.shared.text import sanitize
 from console.shared.times import parse_time
 
@@ -247,3 +248,21 @@ def parse_fields(text: str, keys: dict[str, str]) -> FieldFilter:
             raise BadInput(f"{name}: is given twice", hint=field_grammar(keys))
         terms[name] = value
     return FieldFilter(terms=terms)
+
+
+# ----------------------------------------------------------------------- id prefixes
+
+_HEX_DIGITS = re.compile(r"^[0-9a-f]+$")
+
+
+def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The smallest and largest uuid starting with `prefix` (hex digits, hyphens optional)."""
+    cleaned = prefix.strip().lower().replace("-", "")
+    if cleaned and len(cleaned) > 32 and _HEX_DIGITS.match(cleaned):
+        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is too long for a call id: {len(cleaned)} hex digits, "
+                       "an id has 32")
+    if not cleaned or len(cleaned) > 32 or not _HEX_DIGITS.match(cleaned):
+        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is not a call id or an id prefix (hex digits)")
+    low = cleaned.ljust(32, "0")
+    high = cleaned.ljust(32, "f")
+    return uuid.UUID(low), uuid.UUID(high)

@@ -72,9 +72,9 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from console.core.models import LIVE_STATES, TERMINAL_STATES, Event, JobSummary, Row
 from console.shared.config import SessionLimits
 from console.shared.errors import BadInput
-from console.shared.models import LIVE_STATES, TERMINAL_STATES, Event, JobSummary, Row
 from console.shared.text import sanitize
 from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, parse_time
 
