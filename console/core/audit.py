@@ -87,13 +87,10 @@ OPERATOR_KINDS = ("operator_cancel", "operator_mark_terminal", "operator_approve
 # the kinds only the database writes (the tool_jobs triggers); the trigger's tool_request_started
 # is told from a worker's report of the same name by its state columns (a report has none: LCH03)
 DATABASE_KINDS = ("enqueued", *CHANGE_KINDS, "side_effect_started")
-SHUTDOWN_KINDS = ("shutdown_requested", "shutdown_refused")
 
-AuditAction = Literal["cancel", "mark_terminal", "approve_retry", "drain", "abort"]
 Outcome = Literal["applied", "refused", "failed"]
 ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain", "abort")
 OUTCOMES: tuple[str, ...] = ("applied", "refused", "failed")
-ExportFormat = Literal["jsonl", "csv"]
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "csv")
 # the columns of `audit export`, in order (the contract); every export appends EXPORT_ADDED after them
 EXPORT_COLUMNS: tuple[str, ...] = ("id", "job_id", "at", "kind", "actor", "fencing_token", "state_from", "state_to",
@@ -306,14 +303,6 @@ class VerifyReport(Row):
     unknown_logins: list[LoginCount] = []
 
 
-class ExportSummary(Row):
-    events: int
-    format: str
-    path: str | None = None
-    first_at: datetime | None = None
-    last_at: datetime | None = None
-
-
 class AuditPage(Row):
     """The Audit screen's data, read in one snapshot."""
 
@@ -456,14 +445,14 @@ class CallReplay:
             self._change(s, eff)
         elif s.kind in REQUEST_KINDS and s.state_to is not None:
             # the trigger's own record of a request: it carries the lease as renewed by then
-            self._check_token(s, lower_only=True)
+            self._check_token(s)
             cur = self._current
             if cur is not None and s.owner_to == cur.owner_id and s.fencing_token == cur.fencing_token:
                 cur.lease_known = _later(cur.lease_known, s.lease_until)
         elif s.kind in OPERATOR_KINDS:
-            self._check_token(s, lower_only=True)
+            self._check_token(s)
 
-    def _check_token(self, s: Step, *, lower_only: bool) -> None:
+    def _check_token(self, s: Step) -> None:
         if s.fencing_token is not None and s.fencing_token < self.token:
             self._violate("token_fell", [self._last_change, s.id],
                           f"{s.kind} #{s.id} carries fencing token {s.fencing_token}, but the call already had "
@@ -509,7 +498,7 @@ class CallReplay:
         # -- the token
         grant = s.kind in GRANT_KINDS
         if tok < self.token:
-            self._check_token(s, lower_only=True)
+            self._check_token(s)
         elif grant and tok == self.token:
             self._violate("token_reused", [self._last_change, s.id],
                           f"{sanitize(s.owner_to or 'someone')} was granted the call in {s.kind} #{s.id} under "

@@ -7,11 +7,13 @@ found by `audit verify`. "Not allowed" (a read-only session, a role without the 
 
 from __future__ import annotations
 
+EXIT_OK, EXIT_OTHER, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_VIOLATION = 0, 1, 2, 3, 4
+
 
 class LeasectlError(Exception):
     """Base class: the message is meant for a human, no traceback needed."""
 
-    exit_code = 1
+    exit_code = EXIT_OTHER
     hint: str | None = None
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
@@ -23,13 +25,7 @@ class LeasectlError(Exception):
 class BadInput(LeasectlError):
     """Unknown or ambiguous id, bad option value."""
 
-    exit_code = 2
-
-
-class RefusedByGuard(LeasectlError):
-    """A guarded statement changed nothing: the world is not what the caller saw."""
-
-    exit_code = 3
+    exit_code = EXIT_BAD_INPUT
 
 
 class DatabaseUnavailable(LeasectlError):
@@ -66,7 +62,7 @@ class PermissionDenied(LeasectlError):
 class ProtocolViolation(LeasectlError):
     """The database's state machine refused the change (SQLSTATE class LC)."""
 
-    exit_code = 3
+    exit_code = EXIT_REFUSED
 
 
 class SchemaError(LeasectlError):

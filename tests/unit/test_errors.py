@@ -49,7 +49,7 @@ def test_anything_else_names_the_query():
 
 
 def test_exit_codes_are_the_contract():
-    assert ours.BadInput.exit_code == 2 and ours.RefusedByGuard.exit_code == 3
+    assert ours.BadInput.exit_code == 2 and ours.ProtocolViolation.exit_code == 3 and ours.EXIT_REFUSED == 3
     assert ours.ReadOnlySession.exit_code == 1 and ours.PermissionDenied.exit_code == 1, \
         "not allowed is not refused by a guard"
 

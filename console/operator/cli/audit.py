@@ -37,7 +37,7 @@ from console.operator.cli.common import (
 )
 from console.operator.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
 from console.operator.present import audit as words
-from console.shared.errors import BadInput, LeasectlError
+from console.shared.errors import EXIT_VIOLATION, BadInput, LeasectlError
 from console.shared.text import counted, sanitize
 from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, parse_time
 
@@ -336,7 +336,7 @@ def verify_command(
         _zone_note(start)
         out.print(words.verify_words(report))
     if not report.ok:
-        raise typer.Exit(4)
+        raise typer.Exit(EXIT_VIOLATION)
 
 
 # ----------------------------------------------------------------------------- jobs --at

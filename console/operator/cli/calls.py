@@ -30,7 +30,7 @@ from console.operator.cli.common import (
     typed_confirmation,
 )
 from console.operator.present import bulk as present_bulk
-from console.shared.errors import BadInput
+from console.shared.errors import EXIT_REFUSED, BadInput
 from console.shared.text import counted, sanitize
 
 TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fencing token you saw: the "
@@ -165,14 +165,14 @@ def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bo
         err.print(present_bulk.plan_words(plan))
         if not plan.send:
             err.print("nothing to send: every selected call was skipped (see why above)")
-            raise typer.Exit(3)
+            raise typer.Exit(EXIT_REFUSED)
         if not yes:
             typed_confirmation(plan.confirmation(), f"{present_bulk.VERBS[action]} {counted(plan.count, 'call')}")
         result = bulk.apply(conn, plan, operator=who, reason=reason)
     out.print(present_bulk.result_table(result))
     out.print(present_bulk.result_words(result))
     if not result.all_applied:
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_REFUSED)
 
 
 @app.command()

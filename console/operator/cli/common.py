@@ -26,7 +26,14 @@ from console.db.connect import Conn, connect, run, translate_error
 from console.db.migrate import check_compatible
 from console.shared.config import default_operator, resolve_dsn
 from console.shared.dsn import mask_secrets
-from console.shared.errors import BadInput, DatabaseUnavailable, LeasectlError, ReadOnlySession
+from console.shared.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_REFUSED,
+    BadInput,
+    DatabaseUnavailable,
+    LeasectlError,
+    ReadOnlySession,
+)
 from console.shared.text import sanitize, terminal_safe
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -200,7 +207,7 @@ def confirm(question: str) -> None:
         answered = False
     if not answered:
         err.print("not confirmed: nothing changed (pass --yes to skip the question)")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def stdin_is_terminal() -> bool:
@@ -212,7 +219,7 @@ def typed_confirmation(expected: str, what: str) -> None:
     It needs a terminal: with none, and no --yes, nothing changes (exit 2)."""
     if not stdin_is_terminal():
         err.print("no terminal to confirm on: nothing changed (pass --yes to act without the question)")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_BAD_INPUT)
     try:
         typed = typer.prompt(f"Type '{expected}' to {what} (anything else changes nothing)", default="",
                              show_default=False, err=True)
@@ -220,7 +227,7 @@ def typed_confirmation(expected: str, what: str) -> None:
         typed = ""
     if typed.strip() != expected:
         err.print("not confirmed: nothing changed")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def answer(applied: bool, message: str, detail: str) -> None:
@@ -231,7 +238,7 @@ def answer(applied: bool, message: str, detail: str) -> None:
         return
     err.print(f"[bold red]refused:[/] {escape(message)}")
     err.print(f"[dim]{escape(detail)}[/]")
-    raise typer.Exit(3)
+    raise typer.Exit(EXIT_REFUSED)
 
 
 # ----------------------------------------------------------------------------- shared annotations

@@ -127,7 +127,7 @@ class GuardedDialog(ModalScreen[object | None]):
         self.closed = False
 
     @property
-    def console(self) -> ConsoleApp:
+    def leasectl(self) -> ConsoleApp:
         return cast(ConsoleApp, self.app)
 
     # ------------------------------------------------------------------ to implement
@@ -196,8 +196,8 @@ class GuardedDialog(ModalScreen[object | None]):
                                   style="dim"), id="keys")
 
     def on_mount(self) -> None:
-        self.shown_at = self.console.clock.monotonic()
-        if isinstance(self.console.clock, FrozenClock):
+        self.shown_at = self.leasectl.clock.monotonic()
+        if isinstance(self.leasectl.clock, FrozenClock):
             # a frozen clock (tests, screenshots) renders one instant: nothing blinks either
             for field in self.query(Input):
                 field.cursor_blink = False
@@ -212,7 +212,7 @@ class GuardedDialog(ModalScreen[object | None]):
     def seen_seconds(self) -> float:
         """How long ago the data this dialog shows was read (or, unknown, how long it has been open)."""
         since = self.seen_at if self.seen_at is not None else self.shown_at
-        return 0.0 if since is None else max(self.console.clock.monotonic() - since, 0.0)
+        return 0.0 if since is None else max(self.leasectl.clock.monotonic() - since, 0.0)
 
     def seen_words(self) -> str:
         """"as you saw it 4s ago": ticking, so an old screen is never mistaken for a fresh one."""
@@ -289,12 +289,12 @@ class GuardedDialog(ModalScreen[object | None]):
             return
         self.busy = True
         self._say(Text("applying…", style="dim"))
-        self.sent_at = self.console.clock.monotonic()
+        self.sent_at = self.leasectl.clock.monotonic()
         self._send(reason, fields)
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
     def _send(self, reason: str, fields: dict[str, object]) -> object:
-        session = self.console.session
+        session = self.leasectl.session
         return session.act(lambda conn: self.perform(conn, session.operator, reason, fields))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -262,7 +262,7 @@ class AuditScreen(PollingScreen):
 
     # ------------------------------------------------------------------ export
     def action_export(self) -> None:
-        session = self.console.session
+        session = self.leasectl.session
         f = self.filter_value
         journal = self.view == "journal"  # what the view shows when `e` is pressed is what is written
         stamp_now = (self.now() or datetime.now().astimezone()).strftime("%Y%m%d-%H%M%S")

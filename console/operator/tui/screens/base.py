@@ -78,7 +78,8 @@ class PollingScreen(Screen[None]):
         self._generation = 0
 
     @property
-    def console(self) -> ConsoleApp:
+    def leasectl(self) -> ConsoleApp:
+        """The leasectl app (its session, clock and settings): not Textual's `App.console`, a rich Console."""
         return cast(ConsoleApp, self.app)
 
     # ------------------------------------------------------------------ polling
@@ -105,7 +106,7 @@ class PollingScreen(Screen[None]):
             self._again = True
             return
         self._in_flight = True
-        self._fetch_started = self.console.clock.monotonic()
+        self._fetch_started = self.leasectl.clock.monotonic()
         self._fetch_in_thread(self._generation)
 
     def wake(self) -> None:
@@ -117,7 +118,7 @@ class PollingScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _fetch_in_thread(self, generation: int) -> tuple[int, Any]:
-        return generation, self.console.session.read(self.load)
+        return generation, self.leasectl.session.read(self.load)
 
     def invalidate(self) -> None:
         """What this screen loads (its filter, its page) has changed: a fetch in flight is stale and
@@ -150,10 +151,10 @@ class PollingScreen(Screen[None]):
         self.loaded_once = True
         self.failures = 0
         self.db_now = self.db_now_of(data)
-        self.fetched_at = self.console.clock.monotonic()
+        self.fetched_at = self.leasectl.clock.monotonic()
         self.post_message(DataArrived(self.db_now))
         self.show(data)
-        self.schedule(0 if self._again else (self.poll_seconds or self.console.poll_seconds))
+        self.schedule(0 if self._again else (self.poll_seconds or self.leasectl.poll_seconds))
         self._again = False
 
     def _failed(self, error: BaseException | None) -> None:
@@ -170,10 +171,7 @@ class PollingScreen(Screen[None]):
         """The database's clock now, for this screen: its last fetch's now() plus the time since."""
         if self.db_now is None or self.fetched_at is None:
             return None
-        return self.db_now + timedelta(seconds=self.console.clock.monotonic() - self.fetched_at)
-
-    def seen_age(self) -> float | None:
-        return None if self.fetched_at is None else self.console.clock.monotonic() - self.fetched_at
+        return self.db_now + timedelta(seconds=self.leasectl.clock.monotonic() - self.fetched_at)
 
     def _tick(self) -> None:
         now = self.now()
@@ -243,7 +241,7 @@ class PollingScreen(Screen[None]):
         if action == "filter" and isinstance(self.focused, Input):
             return False  # `/` typed into a field (the filter itself: key:report/42) is text, not a key
         # on a read-only session the actions that change data are not offered at all
-        return not (action in CHANGES_DATA and self.console.session.read_only_reason)
+        return not (action in CHANGES_DATA and self.leasectl.session.read_only_reason)
 
     def selected_job(self) -> JobSummary | None:
         return None
@@ -263,7 +261,7 @@ class PollingScreen(Screen[None]):
 
     def actions_allowed(self) -> bool:
         """False (and says why) on a read-only session, an unreachable database or stale data."""
-        refusal = why_no_actions(self.console)
+        refusal = why_no_actions(self.leasectl)
         if refusal:
             self.app.notify(refusal, title="Not allowed", severity="error")
         return refusal is None

@@ -50,7 +50,7 @@ class BulkDialog(GuardedDialog):
 
     @work(thread=True, exclusive=True, group="bulk-snapshot", exit_on_error=False)
     def _read_marked(self) -> list[JobSummary]:
-        return self.console.session.read(lambda conn: bulk.snapshot(conn, ids=self.ids))
+        return self.leasectl.session.read(lambda conn: bulk.snapshot(conn, ids=self.ids))
 
     def other_worker_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "bulk-snapshot":

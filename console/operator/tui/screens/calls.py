@@ -116,7 +116,7 @@ class CallsScreen(CallListScreen):
 
     @work(thread=True, exclusive=True, group="mark-all", exit_on_error=False)
     def _mark_matching(self) -> list[JobSummary]:
-        return self.console.session.read(lambda conn: bulk.snapshot(conn, where=self.where))
+        return self.leasectl.session.read(lambda conn: bulk.snapshot(conn, where=self.where))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # PollingScreen's handler runs too (Textual calls every class's handler): polls are its

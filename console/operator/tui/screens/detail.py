@@ -162,7 +162,7 @@ class DetailScreen(PollingScreen):
 
     @work(thread=True, exclusive=True, group="payload", exit_on_error=False)
     def _fetch_preview(self) -> PayloadPreview | None:
-        return self.console.session.read(lambda conn: reads.payload_preview(conn, self.job_id))
+        return self.leasectl.session.read(lambda conn: reads.payload_preview(conn, self.job_id))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # PollingScreen's handler runs too (Textual calls every class's handler): polls are its
@@ -180,7 +180,7 @@ class DetailScreen(PollingScreen):
     # ------------------------------------------------------------------ export
     def action_export_document(self) -> None:
         job_id = self.job_id
-        session = self.console.session
+        session = self.leasectl.session
 
         def write(path: Path, _fmt: str, progress, cancelled) -> int:
             found = session.read(lambda conn: reads.job_document(conn, job_id))

@@ -10,8 +10,6 @@ from console.core.models import JobSummary
 from console.operator.tui.cells import Cell, age_cells, health_cell, side_effect_cell, state_cell
 from console.operator.tui.widgets.livetable import Column, LiveTable
 
-TICKING = ("heartbeat", "lease", "deadline")
-
 
 def default_cells(job: JobSummary) -> dict[str, Cell]:
     return {

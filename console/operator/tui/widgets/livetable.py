@@ -21,7 +21,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -305,9 +305,6 @@ class LiveTable(ScrollView, can_focus=True):
                 self.action_select()  # a click on the selected row opens it
             self.move_cursor(index)
             self.focus()
-
-    def region_of_row(self, index: int) -> Region:
-        return Region(0, index + 1, self.size.width, 1)
 
     def visible_keys(self) -> list[str]:
         """The keys of the rows on screen (the others are redrawn when scrolled to)."""
