@@ -313,7 +313,7 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
 
         for rows in stream(conn, "audit/verify_events", {"since": since}, cursor_name=VERIFY_CURSOR, batch=batch):
             for (event_id, job_id, at, kind, token, state_from, state_to, owner_from, owner_to, lease_until,
-                 previous, actor, db_role) in rows:
+                 previous, actor, db_role, infinite_lease) in rows:
                 if replay is None or replay.job_id != job_id:
                     if replay is not None:
                         close(replay)
@@ -321,6 +321,10 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
                     calls += 1
                 replay.feed(Step(event_id, at, kind, token, state_from, state_to, owner_from, owner_to,
                                  lease_until, previous, actor))
+                if infinite_lease:
+                    violations.append(Violation(job_id=job_id, rule="unreadable", event_ids=[event_id],
+                                                why=f"{kind} #{event_id} carries an infinite lease: no lease runs "
+                                                    "for ever (refused since migration 0013)", kind=kind))
                 if db_role is None:
                     without_login += 1
                     continue

@@ -16,7 +16,7 @@ import psycopg
 
 from console.db import sql
 from console.db.connect import Conn, execute_script, run, run_one
-from console.shared.errors import SchemaError
+from console.shared.errors import RowLocked, SchemaError
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -96,7 +96,15 @@ def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
             report.notices.append(diag.message_primary)
 
     conn.add_notice_handler(on_notice)
-    run(conn, "meta/migrate_lock")
+    try:
+        run(conn, "meta/migrate_lock")
+    except RowLocked:
+        # the lock is an advisory one, not a call's row: say whose it is and where to look
+        conn.remove_notice_handler(on_notice)
+        raise SchemaError("another session holds leasectl's migration lock: another `leasectl migrate` is running, "
+                          "or a session took the lock and keeps it",
+                          hint="wait for it, or find it: select pid, usename, application_name from pg_locks "
+                               "join pg_stat_activity using (pid) where locktype = 'advisory'") from None
     try:
         run(conn, "meta/migrations_table")
         applied = applied_versions(conn)

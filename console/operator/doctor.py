@@ -20,10 +20,12 @@ EXPECTED_TRIGGERS = {
     "shutdowns_guard", "grants_guard", "agents_guard", "agents_journal", "shutdowns_journal",
     "grants_journal", "reconciliation_records_append_only", "reconciliation_records_no_truncate",
     "fleet_events_append_only", "fleet_events_no_truncate",
-    # who may write what (0005): every fleet event records its db_role
-    "fleet_events_stamp",
-    # an agent is owned by the login that registered it (0012): it decides who may revoke below it
-    "agents_owner_stamp",
+    # who may write what (0005, 0013): nobody but the database writes the fleet's journal
+    "fleet_events_guard",
+    # an agent is owned by the login that registered it and born running under a running parent
+    # (0012, 0013); it confirms only its own stop, once; grants are issued unrevoked, in a name
+    # the login may speak for
+    "agents_insert_guard", "agents_seen_guard", "grants_insert_guard",
 }
 WORKER_POLICY = "tool_jobs_worker_update"
 TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
@@ -143,10 +145,11 @@ def _roles(conn: Conn) -> list[Check]:
     for r in rows:
         if not r["member"] or not r["member_can_login"]:
             continue
-        lacking = [t for t in TIMEOUTS if t not in r["member_settings"]]
+        member_values = settings_of(r["member_settings"])
+        # a timeout of 0 is no timeout: a login may set that on itself (ALTER ROLE of one's own role)
+        lacking = [t for t in TIMEOUTS if member_values.get(t, "0").strip().lower() in ("0", "0s", "0ms")]
         if lacking:
-            group_values = {kv.split("=", 1)[0]: kv.split("=", 1)[1]
-                            for kv in r["group_settings"].split(", ") if "=" in kv}
+            group_values = settings_of(r["group_settings"])
             for t in lacking:
                 value = group_values.get(t, "5s")
                 fixes.append(f"ALTER ROLE {r['member']} SET {t} = '{value}';")
@@ -155,6 +158,11 @@ def _roles(conn: Conn) -> list[Check]:
                             "login roles lack the timeouts of their leasectl group "
                             "(role settings are not inherited)", "\n".join(fixes)))
     return checks
+
+
+def settings_of(text: str) -> dict[str, str]:
+    """`statement_timeout=5s, lock_timeout=2s` (pg_db_role_setting.setconfig joined) as a mapping."""
+    return {kv.split("=", 1)[0]: kv.split("=", 1)[1] for kv in text.split(", ") if "=" in kv}
 
 
 def _identity(conn: Conn) -> list[Check]:

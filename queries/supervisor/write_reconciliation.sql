@@ -43,9 +43,15 @@ grant_list as (
     where g.revoked_at is null or g.revoked_at >= s.requested_at
 ),
 children as (
-    select a.id, a.parent_id, a.kind, tree.depth, a.terminated_confirmed_at, a.last_seen_at
+    -- a confirmation counts only if made during this shutdown (0013 dates it now, once; one from
+    -- before the request would be somebody else's word, not the agent's answer to this shutdown)
+    select a.id, a.parent_id, a.kind, tree.depth,
+           case when a.terminated_confirmed_at >= s.requested_at then a.terminated_confirmed_at end
+               as terminated_confirmed_at,
+           a.last_seen_at
     from agents a
     join tree on tree.agent_id = a.id
+    cross join shutdown s
 )
 insert into reconciliation_records (shutdown_id, written_by, in_flight, grants_revoked, grants_expired,
                                     children_confirmed, children_unaccounted)

@@ -335,3 +335,21 @@ def test_verify_judges_a_login_by_what_it_is_now_and_names_one_dropped_since(cli
     report = js(invoke("audit", "verify", "--json"))
     assert report["ok"] is True, "a dropped login is no forgery: its events cannot be checked any more"
     assert report["unknown_logins"] == [{"db_role": login, "events": len(events(admin, e["id"]))}]
+
+
+def test_verify_reads_past_an_infinite_lease_written_before_0013(db):
+    """One row with an infinite lease (a claim 0012 still accepted) once made verify stop with
+    "timestamp too large": it is now a violation like any other, and the rest is still checked."""
+    from console.db.audit import verify
+    with db.connect() as conn:
+        register_tool(conn, "inf", "read_only", lease_seconds=30, heartbeat_seconds=5)
+        e = enqueue(conn, "inf")
+        claim(conn, "w-inf", ["inf"])
+        conn.execute("alter table job_events disable trigger user")
+        conn.execute("insert into job_events (job_id, kind, actor, fencing_token, state_from, state_to, owner_from, "
+                     "owner_to, lease_until, details) values (%s, 'fenced', 'w-inf', 1, 'running', 'running', "
+                     "'w-inf', 'w-inf', 'infinity', '{}')", (e["id"],))
+        conn.execute("alter table job_events enable trigger user")
+        report = verify(conn)
+    assert not report.ok
+    assert any(v.rule == "unreadable" and "infinite lease" in v.why for v in report.violations)

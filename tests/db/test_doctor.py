@@ -92,3 +92,18 @@ def test_a_guard_that_searches_pg_temp_first_fails_and_so_does_a_schema_workers_
         conn.execute("alter function leasectl_tool_jobs_guard() set search_path = pg_catalog, public, pg_temp")
     check = by_name(diagnose(db.dsn))["temporary objects"]
     assert check.status == "ok" and "may create them" not in check.detail, "TEMPORARY taken from PUBLIC"
+
+
+def test_a_login_that_turned_its_own_timeout_off_gets_the_command_again(db, pg_server):
+    with pg_server.admin() as admin:
+        ensure_login(admin, "lc_doctor_zero", "leasectl_worker")
+        for setting, value in (("statement_timeout", "5s"), ("lock_timeout", "2s"),
+                               ("idle_in_transaction_session_timeout", "0")):
+            admin.execute(f"alter role lc_doctor_zero set {setting} = '{value}'")
+    try:
+        fix = by_name(diagnose(db.dsn))["login roles"].fix
+        assert "ALTER ROLE lc_doctor_zero SET idle_in_transaction_session_timeout = '30s';" in fix
+        assert "ALTER ROLE lc_doctor_zero SET lock_timeout" not in fix
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute("alter role lc_doctor_zero reset all")

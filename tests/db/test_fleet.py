@@ -168,10 +168,9 @@ def test_only_the_control_plane_role_may_revoke_as_the_control_plane(fleet, pg_s
     worker = psycopg.connect(psycopg.conninfo.make_conninfo(fleet.dsn, user="lc_test_fleet_worker"),
                              autocommit=True)
     with worker:
-        with pytest.raises(psycopg.Error) as refused:
-            worker.execute("update grants set revoked_at = now(), revoked_by = 'control-plane' where id = %s",
-                           (g["id"],))
-        assert refused.value.sqlstate == "LCF04"
+        # not even visible for update: the worker registered no ancestor of the holder (0013)
+        assert worker.execute("update grants set revoked_at = now(), revoked_by = 'control-plane' where id = %s",
+                              (g["id"],)).rowcount == 0
 
 
 WORKER_X, WORKER_Y, SUPERVISOR_Z = "lc_test_fleet_x", "lc_test_fleet_y", "lc_test_fleet_sup"
@@ -212,10 +211,8 @@ def test_a_login_revokes_only_below_an_agent_it_registered_whatever_name_it_writ
     fleet, grants = owned_fleet
     with as_login(fleet, WORKER_Y) as y:
         assert revoke_grant(y, grants["team-child"], "team-1") is None, "Y registered the holder, not its ancestor"
-        with pytest.raises(psycopg.Error) as refused:
-            y.execute("update grants set revoked_at = now(), revoked_by = 'team-1' where id = %s",
-                      (grants["team-child"],))
-        assert refused.value.sqlstate == "LCF04"
+        assert y.execute("update grants set revoked_at = now(), revoked_by = 'team-1' where id = %s",
+                         (grants["team-child"],)).rowcount == 0, "by hand neither: the row is not Y's to touch"
     with as_login(fleet, WORKER_X) as x:
         for name in ("planner-1", "code-1", "control-plane"):
             assert revoke_grant(x, grants["sandbox-1"], name) is None, f"X owns no ancestor of sandbox-1 ({name})"
@@ -466,3 +463,52 @@ def test_a_supervisor_killed_mid_shutdown_leaves_nothing_half_done_and_the_next_
     assert [x["grant_id"] for x in record["grants_revoked"]] == [str(g["id"])]
     assert [x["agent_id"] for x in record["children_unaccounted"]] == ["sandbox-1"]
     assert [x["agent_id"] for x in record["children_confirmed"]] == ["code-1"]
+
+
+# ------------------------------------------------------------------ the second attacker's walk (0013)
+
+
+def test_an_agent_id_taken_by_another_login_is_not_handed_to_whoever_registers_it_next(owned_fleet):
+    """A worker registered planner-2 before the control plane did; register.sql used to return the
+    worker's row to the control plane, which then built its tree (and grants) under it."""
+    fleet, _ = owned_fleet
+    with as_login(fleet, WORKER_X) as x:
+        assert register_agent(x, "planner-2") is not None, "first come"
+        assert register_agent(x, "planner-2") is not None, "registering again from the same login: idempotent"
+    with as_login(fleet, WORKER_Y) as y:
+        assert register_agent(y, "planner-2") is None, "taken by another login: zero rows"
+    with fleet.connect() as c:
+        assert register_agent(c, "planner-2") is None, "the control plane is told too, not handed the squat"
+
+
+def test_a_claim_from_a_snapshot_older_than_the_drain_takes_nothing(owned_fleet):
+    """REPEATABLE READ: the worker's snapshot still shows the agent running; the share lock on the
+    agent's row makes the claim fail to serialize instead of running a draining agent's call."""
+    fleet, _ = owned_fleet
+    with fleet.connect() as c:
+        call = enqueue(c, "search", agent_id="team-child")
+    with as_login(fleet, WORKER_X) as x, fleet.connect() as c:
+        x.execute("begin isolation level repeatable read")
+        assert x.execute("select state from agents where id = 'team-child'").fetchone()["state"] == "running"
+        c.execute("update agents set state = 'draining' where id = 'team-child'")
+        with pytest.raises(psycopg.Error) as refused:
+            x.execute("update tool_jobs set state = 'running', owner_id = %s, fencing_token = fencing_token + 1, "
+                      "attempt = attempt + 1, lease_until = now() + interval '1 minute' where id = %s",
+                      (WORKER_X, call["id"]))
+        assert refused.value.sqlstate in ("40001", "LCF07")
+        x.execute("rollback")
+        assert job(c, call["id"])["state"] == "queued"
+
+
+def test_the_record_counts_only_confirmations_made_during_the_shutdown(fleet):
+    with fleet.connect() as c:
+        # a confirmation from before the shutdown (0013 refuses one from a login; the owner may write
+        # anything, so the record itself does not believe it)
+        c.execute("update agents set terminated_confirmed_at = now() - interval '1 hour' where id = 'sandbox-1'")
+        s = request_shutdown(c, "code-1", window=0.5)
+        for agent in ("code-1",):
+            run_one(c, "agent/confirm_terminated", agent_id=agent)
+        record = until_terminated(c, s["id"], timeout=20)
+    confirmed = {x["agent_id"] for x in record["children_confirmed"]}
+    unaccounted = {x["agent_id"] for x in record["children_unaccounted"]}
+    assert "sandbox-1" in unaccounted and "sandbox-1" not in confirmed

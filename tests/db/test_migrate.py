@@ -113,8 +113,8 @@ def test_migrating_as_a_user_without_createrole_works_with_a_notice(pg_server):
                 pass
 
 
-def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
-    """The previous release's data: a fleet registered by real logins (journaled with db_role since
+def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, pg_server):
+    """The previous release's data (0011): a fleet registered by real logins (journaled with db_role since
     0005) and by the owner, grants, calls in every state the protocol reaches, their history. 0012
     keeps every row, takes each agent's owner from the journal, and its rules hold at once."""
     from tests.helpers import (
@@ -124,10 +124,8 @@ def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
         enqueue,
         ensure_login,
         give_grant,
-        register_agent,
         register_tool,
         report_unknown,
-        request_shutdown,
         revoke_grant,
         start_side_effect,
     )
@@ -139,10 +137,11 @@ def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
         assert migrate(conn, target=11).version == 11
         register_tool(conn, "search", "read_only", lease_seconds=30, heartbeat_seconds=5)
         register_tool(conn, "pay", "mutating_unverifiable", lease_seconds=30, heartbeat_seconds=5)
-        assert register_agent(conn, "planner-1") is not None
-    with as_login(empty_db, worker) as w:
-        assert register_agent(w, "team-1", "planner-1") is not None
-        assert register_agent(w, "team-child", "team-1") is not None
+        conn.execute("insert into agents (id, kind, last_seen_at) values ('planner-1', 'planner', now())")
+    with as_login(empty_db, worker) as w:  # 0011's register.sql, as a worker login ran it
+        for agent, parent in (("team-1", "planner-1"), ("team-child", "team-1")):
+            w.execute("insert into agents (id, parent_id, kind, last_seen_at) values (%s, %s, 'worker', now())",
+                      (agent, parent))
         done = enqueue(w, "search", agent_id="team-child")
         c = claim(w, worker, ["search"])
         assert complete(w, c, worker) is not None
@@ -156,7 +155,8 @@ def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
         revoked = give_grant(conn, "team-child", issued_by="team-1")
         conn.execute("update grants set revoked_at = now(), revoked_by = 'control-plane' where id = %s",
                      (revoked["id"],))
-        assert request_shutdown(conn, "planner-1", operator="alice") is not None
+        conn.execute("insert into shutdowns (root_agent_id, mode, requested_by, reason, window_seconds) "
+                     "values ('planner-1', 'drain', 'alice', 'upgrade', 60)")
         conn.execute("update shutdowns set state = 'draining'")
         conn.execute("update agents set state = 'draining' where id = 'team-child'")
 
@@ -167,7 +167,7 @@ def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
         agents_before = rows("agents")
 
         report = migrate(conn)
-        assert report.applied == ["0012_trust_boundary"] and report.version == known_version()
+        assert report.applied == ["0012_trust_boundary", "0013_fleet_trust"] and report.version == known_version()
 
         after = {t: rows(t) for t in before}
         assert after == before, "every row kept as it was, in the same order"
@@ -184,3 +184,14 @@ def test_0012_applies_to_a_database_holding_0011s_data(empty_db, pg_server):
             w.execute("insert into tool_jobs (idempotency_key, payload, tool, agent_id) "
                       "values ('late', '{}', 'search', 'team-child')")
         assert refused.value.sqlstate == "LCF07", "team-child is draining"
+
+
+def test_a_session_holding_the_migration_lock_is_named_as_such(db):
+    """The lock is an advisory one: "row is locked ... on this call" would send the operator after
+    a call (an auditor's session could take it: functions of PUBLIC)."""
+    with connect(db.dsn) as holder, connect(db.dsn) as conn:
+        holder.execute("select pg_advisory_lock(hashtext('leasectl.migrate'))")
+        conn.execute("set lock_timeout = '200ms'")
+        with pytest.raises(SchemaError, match="migration lock") as refused:
+            migrate(conn)
+        assert "pg_locks" in (refused.value.hint or "")

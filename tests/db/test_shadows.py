@@ -126,6 +126,23 @@ class World:
     def draining(self, agent: str = "code-1") -> None:
         self.admin.execute("update agents set state = 'draining' where id = %s", (agent,))
 
+    def own_tree(self) -> None:
+        """a-team and its child a-child, registered by login A (it speaks for a-child's grants)."""
+        a = self.conn(A)
+        assert a.execute("insert into agents (id, kind) values ('a-team', 'planner') returning id").fetchone()
+        assert a.execute("insert into agents (id, parent_id, kind) values ('a-child', 'a-team', 'worker') "
+                         "returning id").fetchone()
+
+    def own_grant(self, revoked: bool = False) -> dict:
+        self.own_tree()
+        g = self.admin.execute(
+            "insert into grants (agent_id, kind, resource, issued_by, expires_at) "
+            "values ('a-child', 'file_lock', '/tmp/x', 'a-team', now() + interval '1 hour') returning id").fetchone()
+        if revoked:
+            self.admin.execute("update grants set revoked_at = now(), revoked_by = 'control-plane' where id = %s",
+                               (g["id"],))
+        return {"id": g["id"]}
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -135,6 +152,7 @@ class Refusal:
     attack: str            # plain SQL; every relation schema-qualified, so only the rules can be fooled
     expect: str | int      # a SQLSTATE, or 0 (rows)
     journals: bool = False  # an operator statement journals its refusal
+    before: tuple[str, ...] = ()  # sent first, each a statement of its own, in the attacker's session
 
 
 def _queued_for_draining_agent(w: World) -> dict:
@@ -206,12 +224,22 @@ REFUSALS = [
     Refusal("edit the history", A, lambda w: w.queued(),
             "update public.job_events set kind = 'edited' where job_id = %(id)s", "42501"),
     Refusal("forge a claim", A, lambda w: w.queued(),
+            "insert into public.job_events (job_id, kind, actor, fencing_token) "
+            "values (%(id)s, 'claimed', 'ghost', 1)", "LCH02"),
+    Refusal("forge a claim with its ownership columns", A, lambda w: w.queued(),
             "insert into public.job_events (job_id, kind, actor, fencing_token, owner_to) "
-            "values (%(id)s, 'claimed', 'ghost', 1, 'ghost')", "LCH02"),
+            "values (%(id)s, 'claimed', 'ghost', 1, 'ghost')", "42501"),
     Refusal("forge an approval", A, lambda w: w.unknown_outcome(A),
-            "insert into public.job_events (job_id, kind, actor, fencing_token, state_from, state_to, details) "
-            "values (%(id)s, 'operator_approve_retry', 'alice', %(token)s, 'outcome_unknown', 'queued', "
-            "'{\"outcome\": \"applied\"}')", "LCH02"),
+            "insert into public.job_events (job_id, kind, actor, fencing_token, details) "
+            "values (%(id)s, 'operator_approve_retry', 'alice', %(token)s, '{\"outcome\": \"applied\"}')", "LCH02"),
+    Refusal("forge an approval spelled without its underscore", A, lambda w: w.unknown_outcome(A),
+            "insert into public.job_events (job_id, kind, actor, fencing_token, details) "
+            "values (%(id)s, 'operatorapprove_retry', %(owner)s, %(token)s, '{\"outcome\": \"applied\"}')",
+            "LCH02"),
+    Refusal("pre-occupy the journal's ids", A, lambda w: w.running(A),
+            "insert into public.job_events (id, job_id, kind, actor, fencing_token) overriding system value "
+            "values ((select max(id) + 1 from public.job_events), %(id)s, 'ownership_unknown', %(owner)s, %(token)s)",
+            "42501"),
     Refusal("report a lost heartbeat in another's name", A, lambda w: {**w.running(B), "who": B},
             "insert into public.job_events (job_id, kind, actor, fencing_token) "
             "values (%(id)s, 'heartbeat_lost', %(who)s, %(token)s)", "LCH03"),
@@ -220,21 +248,70 @@ REFUSALS = [
             "values (%(id)s, 'result_rejected', %(who)s, %(token)s)", "LCH03"),
     # ---- the fleet (LCF)
     Refusal("a shutdown asked from inside the subtree", OPERATOR, lambda w: {},
+            "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'sandbox-1', 'from inside', 30)",
+            "LCF01"),
+    Refusal("a shutdown inserted by hand", OPERATOR, lambda w: {},
             "insert into public.shutdowns (root_agent_id, mode, requested_by, reason, window_seconds) "
-            "values ('planner-1', 'drain', 'sandbox-1', 'from inside', 30)", "LCF01"),
+            "values ('planner-1', 'drain', 'alice', 'by hand', 30)", "42501"),
+    Refusal("a shutdown asked with no name", OPERATOR, lambda w: {},
+            "select * from public.leasectl_request_shutdown('planner-1', 'drain', ' ', 'nameless', 30)", "22023"),
+    Refusal("an operator decision with no name", OPERATOR, lambda w: w.queued(),
+            "select * from public.leasectl_request_cancel(%(id)s, 'queued', 0, '', 'nameless')", "22023"),
+    Refusal("forge a drain in the fleet journal", A, lambda w: {},
+            "insert into public.fleet_events (kind, actor, agent_id, reason) "
+            "values ('shutdown_requested', 'oscar', 'planner-1', 'forged')", "42501"),
+    Refusal("forge a drain in the fleet journal as an operator", OPERATOR, lambda w: {},
+            "insert into public.fleet_events (kind, actor, agent_id, reason) "
+            "values ('shutdown_requested', 'oscar', 'planner-1', 'forged')", "42501"),
     Refusal("skip a shutdown's phases", SUPERVISOR, lambda w: w.shutdown(),
             "update public.shutdowns set state = 'terminated', finished_at = now() where id = %(id)s", "LCF02"),
     Refusal("terminate a shutdown without its record", SUPERVISOR, lambda w: w.shutdown("draining", "reconciling"),
             "update public.shutdowns set state = 'terminated', finished_at = now() where id = %(id)s", "LCF03"),
-    Refusal("revoke by writing an ancestor's name", A, lambda w: w.grant(),
+    Refusal("revoke a grant below another login's agents", A, lambda w: w.grant(),
+            "update public.grants set revoked_at = now(), revoked_by = 'planner-1' where id = %(id)s", 0),
+    Refusal("revoke by writing another ancestor's name", A, lambda w: w.own_grant(),
             "update public.grants set revoked_at = now(), revoked_by = 'planner-1' where id = %(id)s", "LCF04"),
-    Refusal("revoke as the control plane", A, lambda w: w.grant(),
+    Refusal("revoke as the control plane", A, lambda w: w.own_grant(),
             "update public.grants set revoked_at = now(), revoked_by = 'control-plane' where id = %(id)s", "LCF04"),
     Refusal("revoke through the shared SQL in an ancestor's name", A, lambda w: w.grant(),
             "update public.grants g set revoked_at = now(), revoked_by = 'code-1' "
             "where g.id = %(id)s and public.leasectl_may_revoke(g.agent_id, 'code-1')", 0),
-    Refusal("rewrite a revoked grant", A, lambda w: w.grant(revoked=True),
-            "update public.grants set revoked_by = 'code-1' where id = %(id)s", "LCF04"),
+    Refusal("rewrite a revoked grant", A, lambda w: w.own_grant(revoked=True),
+            "update public.grants set revoked_by = 'a-team' where id = %(id)s", "LCF04"),
+    Refusal("issue a grant already revoked", A, lambda w: (w.own_tree(), {})[-1],
+            "insert into public.grants (agent_id, kind, resource, issued_by, expires_at, revoked_at, revoked_by) "
+            "values ('a-child', 'credential', 'vault://root', 'a-team', now() + interval '1 day', now(), "
+            "'control-plane')", "LCF04"),
+    Refusal("issue a grant in the control plane's name", A, lambda w: (w.own_tree(), {})[-1],
+            "insert into public.grants (agent_id, kind, resource, issued_by, expires_at) "
+            "values ('a-child', 'credential', 'vault://root', 'control-plane', now() + interval '1 day')", "LCF04"),
+    Refusal("issue a grant to a draining agent", A, lambda w: (w.own_tree(), w.draining("a-child"), {})[-1],
+            "insert into public.grants (agent_id, kind, resource, issued_by, expires_at) "
+            "values ('a-child', 'credential', 'vault://x', 'a-team', now() + interval '1 day')", "LCF07"),
+    Refusal("confirm another login's agent stopped", A, lambda w: (w.draining("code-1"), {})[-1],
+            "update public.agents set terminated_confirmed_at = now() where id = 'code-1'", 0),
+    Refusal("confirm one's own running agent stopped", A, lambda w: (w.own_tree(), {})[-1],
+            "update public.agents set terminated_confirmed_at = now() where id = 'a-child'", "LCF05"),
+    Refusal("register an agent born terminated", A, lambda w: {},
+            "insert into public.agents (id, kind, state) values ('born-dead', 'worker', 'terminated')", "LCF05"),
+    Refusal("register a child under a draining agent by plain INSERT", A, lambda w: (w.draining("code-1"), {})[-1],
+            "insert into public.agents (id, parent_id, kind) values ('late-kid', 'code-1', 'worker')", "LCF07"),
+    Refusal("claim and write a result at once", A, lambda w: {**w.queued(), "who": A},
+            "update public.tool_jobs set state = 'running', owner_id = %(who)s, fencing_token = fencing_token + 1, "
+            "attempt = attempt + 1, lease_until = now() + interval '1 minute', result = '{\"forged\": 1}' "
+            "where id = %(id)s", "LCS11"),
+    Refusal("claim with an infinite lease", A, lambda w: {**w.queued(), "who": A},
+            "update public.tool_jobs set state = 'running', owner_id = %(who)s, fencing_token = fencing_token + 1, "
+            "attempt = attempt + 1, lease_until = 'infinity' where id = %(id)s", "23514"),
+    Refusal("claim with the token at the top of bigint", A, lambda w: {**w.queued(), "who": A},
+            "update public.tool_jobs set state = 'running', owner_id = %(who)s, fencing_token = 9223372036854775807, "
+            "attempt = attempt + 1, lease_until = now() + interval '1 minute' where id = %(id)s", "LCS02"),
+    Refusal("claim from a transaction held open", A, lambda w: {**w.queued(), "who": A},
+            CLAIM_AS, "LCS12", before=("begin", "select pg_sleep(2.2)")),
+    Refusal("reset one's own attempts", A, lambda w: w.running(A),
+            "update public.tool_jobs set attempt = 0 where id = %(id)s", "LCS11"),
+    Refusal("a finish time on a running call", A, lambda w: w.running(A),
+            "update public.tool_jobs set finished_at = '2000-01-01' where id = %(id)s", "LCS11"),
     Refusal("skip an agent's shutdown", SUPERVISOR, lambda w: {},
             "update public.agents set state = 'terminated' where id = 'planner-1'", "LCF05"),
     Refusal("edit the fleet journal (owner)", OWNER, lambda w: {},
@@ -359,7 +436,11 @@ def test_every_refusal_holds_whatever_the_login_shadows(world, refusal, flavour)
         shadows = create_shadows(attacker, flavour)
         assert {"tools", "agents", "job_events", "pg_class", "pg_roles"} <= set(shadows)
     before = fingerprint(world.admin, refusal.journals)
+    for statement in refusal.before:
+        attacker.execute(statement)
     got = answer(attacker, refusal.attack, params)
+    if refusal.before:
+        attacker.execute("rollback")
     assert got == refusal.expect, f"{refusal.name} ({flavour}): expected {refusal.expect!r}, got {got!r}"
     assert fingerprint(world.admin, refusal.journals) == before, f"{refusal.name} ({flavour}) changed something"
 
