@@ -116,6 +116,9 @@ class Job(JobSummary):
     error: Any = None
     extra_attempts: int = 0
     missed_heartbeats: int | None = None
+    # every stretch of ownership, oldest first (`leasectl show --json`: reads.job_document fills it
+    # from the one replay, console/core/ownership.py)
+    ownership: list[Stretch] = []
 
 
 class PayloadPreview(Row):
@@ -232,14 +235,16 @@ class TriageSnapshot(Row):
     recent: list[RecentEvent] = []
 
 
-class Ownership(Row):
-    """One stretch of the ownership timeline: who held the call, with which token, when."""
+class Stretch(Row):
+    """One stretch of a call's ownership, as console/core/ownership.py replays it from the history:
+    who held the lease, under which token, over [held_from, held_until), and what ended it
+    (`held_until` null: no later event has closed it)."""
 
-    owner: str | None
+    owner_id: str
     fencing_token: int
-    since: datetime
-    until: datetime | None
-    how_it_ended: str | None
+    held_from: datetime
+    held_until: datetime | None = None
+    ended_by: str | None = None
 
 
 Action = Literal["cancel", "mark_terminal", "approve_retry"]

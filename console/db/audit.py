@@ -27,19 +27,15 @@ from console.core.audit import (
     FLEET_EXPORT_KEYS,
     AuditFilter,
     AuditPage,
-    CallReplay,
     JobAsOf,
     LoginCount,
     OperatorAction,
-    OwnerAt,
-    Step,
     VerifyReport,
-    Violation,
     login_violation,
-    owner_at,
 )
 from console.core.filters import JobFilter, id_range
 from console.core.models import Event
+from console.core.ownership import CallReplay, OwnerAt, Step, Violation, owner_at
 from console.db import sql
 from console.db.connect import Conn, lines_as, run, run_one, translate_error
 from console.db.reads import db_info, history, resolve

@@ -19,13 +19,13 @@ from console.core.models import (
     Job,
     JobSummary,
     LineageRow,
-    Ownership,
     PayloadPreview,
     RecentEvent,
     ReconciliationRecord,
     Shutdown,
     TriageSnapshot,
 )
+from console.core.ownership import ownership, stretches
 from console.db.connect import Conn, rows_as, run, run_one
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
@@ -71,12 +71,16 @@ def job(conn: Conn, job_id: uuid.UUID) -> Job | None:
 
 
 def job_document(conn: Conn, job_id: uuid.UUID) -> Job | None:
-    """One call with its payload and result, whole (`leasectl show --json`), in one snapshot."""
+    """One call with its payload and result, whole, and its stretches of ownership replayed from its
+    history (`leasectl show --json`), in one snapshot."""
     with conn.transaction():
         run(conn, "meta/snapshot")
         row = run_one(conn, "views/job", job_id=job_id)
         document = run_one(conn, "views/job_document", job_id=job_id)
-    return Job.model_validate({**row, **document}) if row and document else None
+        events = history(conn, job_id) if row else []
+    if not row or not document:
+        return None
+    return Job.model_validate({**row, **document, "ownership": stretches(ownership(job_id, events))})
 
 
 PREVIEW_CHARS = 64_000
@@ -132,30 +136,6 @@ def approval_queue(conn: Conn) -> ApprovalQueue:
         now = rows[0].db_now if rows else db_info(conn).db_now
     waiting = {str(r.id) for r in rows}
     return ApprovalQueue(rows=rows, calls={str(c.id): c for c in calls if str(c.id) in waiting}, db_now=now)
-
-
-def ownership_timeline(events: list[Event]) -> list[Ownership]:
-    """Who held the call, with which token, from when to when, and how each stretch ended."""
-    stretches: list[Ownership] = []
-    current: dict | None = None
-    for e in events:
-        if e.kind in ("claimed", "reclaimed"):
-            if current is not None:
-                stretches.append(Ownership(**current, until=e.at,
-                                           how_it_ended=f"lease expired; reclaimed by {e.owner_to}"))
-            current = {"owner": e.owner_to, "fencing_token": e.fencing_token or 0, "since": e.at}
-        elif current is not None and e.kind in ("state_changed", "fenced") and e.state_to not in (
-                "running", "cancel_requested"):
-            how = f"{e.state_to}"
-            if e.actor and e.actor != current["owner"]:
-                how += f" by {e.actor}"
-            if e.fencing_token is not None and e.fencing_token > current["fencing_token"]:
-                how += f" (owner fenced out, token {e.fencing_token})"
-            stretches.append(Ownership(**current, until=e.at, how_it_ended=how))
-            current = None
-    if current is not None:
-        stretches.append(Ownership(**current, until=None, how_it_ended=None))
-    return stretches
 
 
 # ----------------------------------------------------------------------------- fleet

@@ -7,6 +7,7 @@ import pytest
 from console.core.filters import JobFilter
 from console.core.health import HEALTH_RANK
 from console.core.models import Applied, Refused
+from console.core.ownership import ownership
 from console.db import actions, reads
 from console.db.session import ConsoleSession
 from console.operator.present import action_message
@@ -103,9 +104,10 @@ def test_history_timeline_and_lineage(conn):
     c2 = claim(conn, "w2")
     complete(conn, c2, "w2")
     events = reads.history(conn, e["id"])
-    timeline = reads.ownership_timeline(events)
-    assert [(t.owner, t.fencing_token) for t in timeline] == [("w1", c1["fencing_token"]), ("w2", 2)]
-    assert "reclaimed by w2" in timeline[0].how_it_ended and timeline[1].how_it_ended == "succeeded"
+    timeline = ownership(e["id"], events)
+    assert [(t.owner_id, t.fencing_token) for t in timeline] == [("w1", c1["fencing_token"]), ("w2", 2)]
+    assert (timeline[0].ended_by, timeline[0].end_kind, timeline[0].end_actor) == ("expired", "reclaimed", "w2")
+    assert timeline[1].ended_by == "succeeded"
     lineage = reads.lineage(conn, e["id"])
     assert [x.idempotency_key for x in lineage] == ["report:42:stage:2"]
 

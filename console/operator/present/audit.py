@@ -9,7 +9,8 @@ from datetime import datetime
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from console.core.audit import ENDINGS, RULES, Holding, OperatorAction, OwnerAt, VerifyReport
+from console.core.audit import OperatorAction, VerifyReport
+from console.core.ownership import ENDINGS, RULES, Holding, OwnerAt
 from console.operator.present.logins import legend_if_claimed, who_text
 from console.operator.present.words import STYLE, when
 from console.shared.text import counted, format_seconds, sanitize

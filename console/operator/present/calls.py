@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from console.core.models import LIVE_STATES, ZOMBIE_KINDS, Event, Job, JobSummary, LineageRow
-from console.db.reads import ownership_timeline
+from console.core.ownership import ENDINGS, Holding, ownership
 from console.operator.present.logins import is_operator_kind, legend_if_claimed, usual_login, who_text
 from console.operator.present.words import (
     HEALTH_MEANING,
@@ -162,19 +162,43 @@ def jobs_table(rows: list[JobSummary]) -> Table:
     return table
 
 
-def ownership_table(events: list[Event]) -> Table:
-    """Who held the call, with which token, from when to when, and how each stretch ended."""
+def ownership_table(job_id: uuid.UUID, events: list[Event]) -> Table:
+    """Who held the call, with which token, from when to when, and how each stretch ended: the one
+    replay (console/core/ownership.py) that `show --json` and `audit owner` answer from. A lease
+    that ran out ends its stretch at its expiry, whoever reclaimed the call later."""
     table = Table(title="ownership", title_justify="left", expand=True, show_edge=False, box=box.SIMPLE_HEAD)
     for column in ("owner", "token", "from", "to", "ended"):
         table.add_column(column, no_wrap=column in ("token", "from", "to"), overflow="fold",
                          max_width=20 if column == "owner" else None, ratio=2 if column == "ended" else None)
-    for stretch in ownership_timeline(events):
-        table.add_row(one_line(stretch.owner or "—", "bold", max_chars=80), Text(str(stretch.fencing_token)),
-                      Text(clock(stretch.since)), Text(clock(stretch.until) if stretch.until else "now"),
-                      t(stretch.how_it_ended or "holds it", max_chars=300))
+    for stretch in ownership(job_id, events):
+        table.add_row(one_line(stretch.owner_id, "bold", max_chars=80), Text(str(stretch.fencing_token)),
+                      Text(clock(stretch.held_from)), Text(clock(stretch.held_until) if stretch.held_until else "now"),
+                      t(how_it_ended(stretch), max_chars=300))
     if not table.row_count:
         table.add_row(Text("—"), Text(""), Text(""), Text(""), Text("nobody has held it", style="dim"))
     return table
+
+
+def how_it_ended(stretch: Holding) -> str:
+    """`lease expired; reclaimed by w-2 at 21:13:30`, `succeeded`, `fenced out by alice`."""
+    if stretch.ended_by is None:
+        return "holds it"
+    by = sanitize(stretch.end_actor, max_chars=80) if stretch.end_actor else None
+    if stretch.ended_by == "expired":
+        words = "lease expired"
+        if stretch.end_kind in ("claimed", "reclaimed") and by:
+            words += f"; reclaimed by {by}"
+        elif stretch.end_state and by:
+            words += f"; then {stretch.end_state.replace('_', ' ')} ({by})"
+        if stretch.ended_at_event is not None:
+            words += f" at {clock(stretch.ended_at_event)}"
+        return words
+    if stretch.ended_by == "fenced":
+        return f"fenced out{f' by {by}' if by else ''} (token raised while its lease was live)"
+    if stretch.ended_by == "reclaimed":
+        return f"reclaimed{f' by {by}' if by else ''} while its lease was live: {ENDINGS['reclaimed']}"
+    words = stretch.ended_by.replace("_", " ")
+    return f"{words} by {by}" if by and by != stretch.owner_id else words
 
 
 def operator_actions(events: list[Event]) -> RenderableType:

@@ -85,7 +85,7 @@ class DetailScreen(PollingScreen):
                                                           style="bold red"))
             return
         self.query_one("#fields", Static).update(present.fields_grid(present.call_fields(data.job, self.now())))
-        self.query_one("#timeline", Static).update(Group(present.ownership_table(data.events), Text(""),
+        self.query_one("#timeline", Static).update(Group(present.ownership_table(data.job.id, data.events), Text(""),
                                                          present.operator_actions(data.events)))
         self.query_one("#lineage", Static).update(present.lineage_table(data.lineage))
         history = present.history_table(data.events, compact=self.size.width < NARROW)
