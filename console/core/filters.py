@@ -116,6 +116,25 @@ class JobFilter(BaseModel):
         """The same filter without `at:` (what is true now)."""
         return self.model_copy(update={"at": None})
 
+    def sql_values(self) -> dict[str, object]:
+        """The parameters every statement that filters calls takes (queries/views/jobs.sql,
+        queries/audit/jobs_at.sql): the grammar is parsed here, once; the SQL never parses it."""
+        low, high = id_range(self.id_prefix) if self.id_prefix else (None, None)
+        return {"state": self.state, "tool": self.tool, "owner": self.owner, "agent": self.agent,
+                "key_prefix": self.key_prefix, "id_low": low, "id_high": high, "health": self.health,
+                "model": self.model, "provider": self.provider, "side_effect": self.side_effect}
+
+    def merged(self, other: JobFilter) -> JobFilter:
+        """Both filters at once (`jobs --where ... --tool ...`); a key both give differently is bad
+        input, not a silent choice of one."""
+        mine, theirs = self.model_dump(), other.model_dump()
+        by_field = {field: key for key, (field, _) in KEYS.items()}
+        for name, value in theirs.items():
+            if value is not None and mine.get(name) is not None and mine[name] != value:
+                one, two = sanitize(str(mine[name]), max_chars=40), sanitize(str(value), max_chars=40)
+                raise BadInput(f"{by_field.get(name, name)}: is given twice, as '{one}' and '{two}'", hint=grammar())
+        return JobFilter(**{name: mine[name] if mine[name] is not None else theirs[name] for name in mine})
+
     def matches(self, job: JobSummary) -> bool:
         """In-memory evaluation, the same as views/jobs.sql's WHERE clause (`at:` is not about a
         row: it says which moment the rows come from)."""

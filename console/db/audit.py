@@ -33,7 +33,7 @@ from console.core.audit import (
     VerifyReport,
     login_violation,
 )
-from console.core.filters import JobFilter, id_range
+from console.core.filters import JobFilter
 from console.core.models import Event
 from console.core.ownership import CallReplay, OwnerAt, Step, Violation, owner_at
 from console.db import sql
@@ -355,12 +355,7 @@ def verify(conn: Conn, *, since: datetime | None = None, on_progress: Progress |
 
 def _jobs_at_values(at: datetime, where: JobFilter | None, limit: int,
                     before: tuple[datetime, uuid.UUID] | None) -> dict[str, Any]:
-    f = where or JobFilter()
-    low = high = None
-    if f.id_prefix:
-        low, high = id_range(f.id_prefix)
-    return dict(at=at, tool=f.tool, agent=f.agent, key_prefix=f.key_prefix, id_low=low, id_high=high, model=f.model,
-                provider=f.provider, side_effect=f.side_effect, state=f.state, owner=f.owner, health=f.health,
+    return dict(at=at, **(where or JobFilter()).sql_values(),
                 before_created=before[0] if before else None, before_id=before[1] if before else None, limit=limit)
 
 

@@ -52,13 +52,7 @@ def triage(conn: Conn, limit: int = 200, recent_minutes: int = 10) -> TriageSnap
 def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, uuid.UUID] | None = None,
          limit: int = 200, ids: list[uuid.UUID] | None = None) -> list[JobSummary]:
     """One page, newest first; pass the last row's (created_at, id) as `before` for the next."""
-    f = where or JobFilter()
-    low = high = None
-    if f.id_prefix:
-        low, high = id_range(f.id_prefix)
-    rows = run(conn, "views/jobs", state=f.state, tool=f.tool, owner=f.owner, agent=f.agent,
-               key_prefix=f.key_prefix, id_low=low, id_high=high, health=f.health, model=f.model,
-               provider=f.provider, side_effect=f.side_effect, ids=ids,
+    rows = run(conn, "views/jobs", **(where or JobFilter()).sql_values(), ids=ids,
                before_created=before[0] if before else None, before_id=before[1] if before else None,
                limit=limit)
     return rows_as(JobSummary, rows)

@@ -62,24 +62,36 @@ def jobs(
     at: Annotated[str | None, typer.Option("--at", show_default=False, help="Every call as it was at this "
                                            "instant (ISO 8601, or an age: 2h), rebuilt from the history; "
                                            "--state, --owner and --health then mean then")] = None,
+    where: Annotated[str | None, typer.Option("--where", show_default=False,
+                                              help="The console's filter, e.g. 'state:running class:unverifiable "
+                                                   "model:gpt-5.1 id:8f1b' (every key of `/`; with the options "
+                                                   "above, calls that match both)")] = None,
     as_json: JsonOption = False,
     dsn: DsnOption = None,
 ) -> None:
     """List calls, newest first (with --at, as they were at that instant)."""
-    where = filter_from_options({"--state": state, "--tool": tool, "--owner": owner, "--agent": agent, "--key": key,
-                                 "--health": health})
+    chosen = filter_from_options({"--state": state, "--tool": tool, "--owner": owner, "--agent": agent,
+                                  "--key": key, "--health": health})
+    if where is not None:
+        # the grammar of `/` and of bulk --where, parsed once (core/filters.py); an empty --where is bad
+        # input here too: an unset variable must not list every call without a word
+        chosen = parse_selection(where, option="--where").merged(chosen)
+        if chosen.at is not None:
+            if at is not None and at != chosen.at:
+                raise BadInput(f"--at {at} and at:{chosen.at} in --where say two instants: give one")
+            at, chosen = chosen.at, chosen.now()
     if limit > TABLE_LIMIT and not (at is not None and as_json):
         raise BadInput(f"--limit {limit:,}: at most {TABLE_LIMIT:,} (only `--at ... --json` streams its rows, "
                        f"up to {STREAMED_LIMIT:,})")
     if at is not None:
         from console.operator.cli.audit import jobs_as_of  # the auditor's past (issue 13)
 
-        rows = jobs_as_of(dsn, at, where, limit, as_json=as_json)
+        rows = jobs_as_of(dsn, at, chosen, limit, as_json=as_json)
         if rows is None:  # written as they were read
             return
     else:
         with connect_for_reading(dsn) as conn:
-            rows = reads.jobs(conn, where, limit=limit)
+            rows = reads.jobs(conn, chosen, limit=limit)
     if as_json:
         print_json([r.model_dump(mode="json") for r in rows])
         return
