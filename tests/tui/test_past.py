@@ -97,3 +97,28 @@ async def test_an_instant_in_the_future_is_refused_while_the_bar_is_open(db):
         await pilot.press("slash", *"at:2999-01-01T00:00:00Z", "enter")
         await settle(pilot, lambda: "in the future" in notifications(app))
         assert "THE PAST" not in screen_text(app), "nothing was passed off as the past"
+
+
+async def test_the_fetch_thread_reads_a_request_and_never_writes_the_screen(db):
+    """The poll's thread once resolved `at:2h` into the screen's own state (`as_of`) while the UI
+    thread could be changing the filter: now it gets the request as a value, answers with what it
+    read, and the screen keeps the instant when the answer lands (on the UI thread)."""
+    from console.core.filters import parse_filter
+    from console.operator.tui.screens.calls import CallsRequest, CallsScreen
+
+    with db.connect() as conn:
+        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5)
+        enqueue(conn, "search", "then:1")
+    app = make_app(db.dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, CallsScreen)
+        request = CallsRequest(parse_filter("at:1h"), None, None)
+        page = app.session.read(lambda c: screen.load_request(c, request))
+        assert screen.as_of is None, "reading wrote nothing on the screen"
+        assert page.as_of is not None and page.as_of.text == "1h"
+        screen.where = parse_filter("at:1h")
+        screen.show(page)
+        assert screen.as_of == page.as_of, "the UI thread keeps the instant the answer brought"

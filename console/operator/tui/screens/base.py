@@ -107,7 +107,7 @@ class PollingScreen(Screen[None]):
             return
         self._in_flight = True
         self._fetch_started = self.leasectl.clock.monotonic()
-        self._fetch_in_thread(self._generation)
+        self._fetch_in_thread(self._generation, self.request())
 
     def wake(self) -> None:
         """Data changed in the database (NOTIFY): fetch now, or right after the one in flight."""
@@ -117,8 +117,12 @@ class PollingScreen(Screen[None]):
             self.schedule(0.05)
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
-    def _fetch_in_thread(self, generation: int) -> tuple[int, Any]:
-        return generation, self.leasectl.session.read(self.load)
+    def _fetch_in_thread(self, generation: int, request: Any) -> tuple[int, Any]:
+        # the thread gets what to read as a value taken on the UI thread, and hands back what it read:
+        # it never writes the screen's state (Textual's workers: widgets are the UI thread's alone)
+        if request is None:
+            return generation, self.leasectl.session.read(self.load)
+        return generation, self.leasectl.session.read(lambda conn: self.load_request(conn, request))
 
     def invalidate(self) -> None:
         """What this screen loads (its filter, its page) has changed: a fetch in flight is stale and
@@ -184,7 +188,15 @@ class PollingScreen(Screen[None]):
             return
 
     # ------------------------------------------------------------------ to implement
+    def request(self) -> Any:
+        """What the next fetch asks for, taken on the UI thread (None: `load` needs nothing)."""
+        return None
+
     def load(self, conn: Conn) -> Any:
+        raise NotImplementedError
+
+    def load_request(self, conn: Conn, request: Any) -> Any:
+        """`load` for a screen whose `request` is not None (runs on the fetch's thread)."""
         raise NotImplementedError
 
     def show(self, data: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from rich.text import Text
 from textual import work
@@ -38,6 +38,20 @@ COLUMNS = [
 ]
 
 
+class CallsRequest(NamedTuple):
+    """What one fetch of the Calls screen asks for: taken on the UI thread, read on the fetch's."""
+
+    where: JobFilter
+    before: tuple[datetime, uuid.UUID] | None
+    as_of: Instant | None
+
+
+class CallsPage(NamedTuple):
+    rows: list[JobSummary]
+    db_now: datetime
+    as_of: Instant | None  # the instant an age (at:2h) resolved to, for the UI thread to keep
+
+
 class CallsScreen(CallListScreen):
     """All calls, filterable, paged"""
 
@@ -64,21 +78,27 @@ class CallsScreen(CallListScreen):
         yield Static(id="marks", classes="marks")
         yield Footer()
 
-    def load(self, conn: Conn) -> tuple[list[JobSummary], datetime]:
-        if self.where.at is not None:  # the past: rebuilt from the history, not the current rows
+    def request(self) -> CallsRequest:
+        return CallsRequest(self.where, self.cursors[-1], self.as_of)
+
+    def load_request(self, conn: Conn, request: CallsRequest) -> CallsPage:
+        where, before, as_of = request
+        if where.at is not None:  # the past: rebuilt from the history, not the current rows
             now = reads.db_info(conn).db_now
-            if self.as_of is None:  # an age (at:2h) is resolved once, when the filter is applied: T stays put
-                self.as_of = parse_past(self.where.at, now=now, what="at:")
-            past = audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAGE, before=self.cursors[-1])
-            return list(past), now
-        rows = reads.jobs(conn, self.where, before=self.cursors[-1], limit=PAGE)
-        return rows, rows[0].db_now if rows else reads.db_info(conn).db_now
+            # an age (at:2h) is resolved once, the first time the filter is read: T stays put
+            as_of = as_of or parse_past(where.at, now=now, what="at:")
+            past = audit.jobs_at(conn, as_of.at, where.now(), limit=PAGE, before=before)
+            return CallsPage(list(past), now, as_of)
+        rows = reads.jobs(conn, where, before=before, limit=PAGE)
+        return CallsPage(rows, rows[0].db_now if rows else reads.db_info(conn).db_now, None)
 
-    def db_now_of(self, data: tuple[list[JobSummary], datetime]) -> datetime:
-        return data[1]
+    def db_now_of(self, data: CallsPage) -> datetime:
+        return data.db_now
 
-    def show(self, data: tuple[list[JobSummary], datetime]) -> None:
-        self.rows, db_now = data
+    def show(self, data: CallsPage) -> None:
+        self.rows, db_now = data.rows, data.db_now
+        if data.as_of is not None:
+            self.as_of = data.as_of
         # in the past every age is measured at that instant, not now
         moment = self.as_of.at if self.where.at is not None and self.as_of else (self.now() or db_now)
         self.sync_table(self.rows, moment)
