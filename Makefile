@@ -54,7 +54,7 @@ tools: ## install promtool and prometheus for the metrics tests, when missing an
 test: tools lint ## lint, then every test tier on PostgreSQL 18, the wheel, and the database tier on 15
 	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel" tests
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -m slow tests
-	LEASECTL_MIN_TESTS=2 $(PYTEST) -m wheel tests/wheel
+	LEASECTL_MIN_TESTS=3 $(PYTEST) -m wheel tests/wheel
 	@$(MAKE) --no-print-directory test-pg15
 
 test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped when it does not answer

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import getpass
 import os
-from pathlib import Path
 from typing import Literal
 
-import platformdirs
 from pydantic import BaseModel, Field
 
 APPLICATION_NAME = "leasectl"
@@ -18,13 +16,6 @@ MAX_OPERATOR_CHARS = 100
 # `leasectl metrics serve`: where, and how long a scrape's answer is reused (console.operator.exporter)
 METRICS_LISTEN = "127.0.0.1:9464"
 METRICS_CACHE_SECONDS = 3.0
-
-
-def log_dir() -> Path:
-    """Where the console writes its log (console.log) and crash reports: $LEASECTL_LOG_DIR, else the
-    user's own log directory (~/.local/state/leasectl/log on Linux). The tests set the variable to a
-    directory of their own: a test run must never leave its tracebacks in the user's real log."""
-    return Path(os.environ.get("LEASECTL_LOG_DIR") or platformdirs.user_log_dir("leasectl"))
 
 
 def resolve_dsn(explicit: str | None = None) -> str:

