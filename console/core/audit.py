@@ -47,7 +47,7 @@ from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, p
 # is told from a worker's report of the same name by its state columns (a report has none: LCH03)
 DATABASE_KINDS = ("enqueued", *CHANGE_KINDS, "side_effect_started")
 
-Outcome = Literal["applied", "refused", "failed"]
+JournalOutcome = Literal["applied", "refused", "failed"]  # an operator journal row's outcome
 ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain", "abort")
 OUTCOMES: tuple[str, ...] = ("applied", "refused", "failed")
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "csv")

@@ -20,7 +20,6 @@ STATES: tuple[str, ...] = get_args(State)
 HEALTHS: tuple[str, ...] = get_args(Health)
 TERMINAL_STATES: tuple[str, ...] = get_args(TerminalState)
 LIVE_STATES = ("running", "cancel_requested")  # a lease is held: heartbeats, lease health
-CANCELLABLE_STATES = ("queued", "running")  # what operator/request_cancel.sql accepts
 # worker writes refused for a stale fencing token: a call with one in the last 5 minutes is a zombie
 # (the SQL side: leasectl_job_health's callers in queries/views)
 ZOMBIE_KINDS = ("heartbeat_lost", "result_rejected", "receiver_rejected")
@@ -247,11 +246,8 @@ class Stretch(Row):
     ended_by: str | None = None
 
 
-Action = Literal["cancel", "mark_terminal", "approve_retry"]
-
-
 class Applied(Row):
-    action: Action
+    action: str  # a name in console.core.actions.ACTIONS
     job_id: uuid.UUID
     state: str
     fencing_token: int
@@ -261,7 +257,7 @@ class Applied(Row):
 
 
 class Refused(Row):
-    action: Action
+    action: str  # a name in console.core.actions.ACTIONS
     job_id: uuid.UUID
     reason: str
     now: JobSummary | None = None

@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 
 from pydantic import field_validator
 
+from console.core.actions import ACTIONS
 from console.core.models import LIVE_STATES, TERMINAL_STATES, Row, Stretch
 from console.shared.text import sanitize
 from console.shared.times import Instant
@@ -65,7 +66,8 @@ CHANGE_KINDS = ("claimed", "reclaimed", "state_changed", "fenced")
 GRANT_KINDS = ("claimed", "reclaimed")
 # the start of an external request, as the trigger journals it (before 0005: side_effect_started)
 REQUEST_KINDS = ("tool_request_started", "side_effect_started")
-OPERATOR_KINDS = ("operator_cancel", "operator_mark_terminal", "operator_approve_retry", "operator_action_failed")
+# an operator's action on a call (console/core/actions.py), and one that never reached its guard
+OPERATOR_KINDS = (*(spec.journal_kind for spec in ACTIONS.values()), "operator_action_failed")
 
 # how a stretch of ownership ended (`ended_by`)
 ENDINGS: dict[str, str] = {

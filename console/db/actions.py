@@ -1,4 +1,5 @@
-"""Operator actions: the guarded statements of queries/operator/, the same for console and CLI.
+"""Operator actions: the guarded statements of queries/operator/, the same for console and CLI,
+each run as its entry in console/core/actions.py says (the statement, its parameters).
 
 Each returns Applied or Refused — the truth, with what is true now when refused. Each is
 journaled by the statement itself (applied or refused); an attempt that never reached its
@@ -10,10 +11,8 @@ from __future__ import annotations
 import logging
 import uuid
 
+from console.core.actions import action_named
 from console.core.models import (
-    CANCELLABLE_STATES,
-    TERMINAL_STATES,
-    Action,
     ActionResult,
     Applied,
     JobSummary,
@@ -30,12 +29,6 @@ from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementT
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.actions")
-
-QUERY = {
-    "cancel": "operator/request_cancel",
-    "mark_terminal": "operator/mark_terminal",
-    "approve_retry": "operator/approve_retry",
-}
 
 
 def checked_words(reason: str, operator: str) -> tuple[str, str]:
@@ -54,57 +47,52 @@ def checked_words(reason: str, operator: str) -> tuple[str, str]:
     return reason, operator
 
 
-def cancel(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
-           reason: str) -> ActionResult:
-    return _act(conn, "cancel", job_id, seen_state, seen_token, operator, reason)
-
-
-def mark_terminal(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, terminal_state: str,
-                  operator: str, reason: str, force: bool = False) -> ActionResult:
-    if terminal_state not in TERMINAL_STATES:
-        raise BadInput(f"cannot mark a call '{terminal_state}': use succeeded, failed or cancelled")
-    return _act(conn, "mark_terminal", job_id, seen_state, seen_token, operator, reason,
-                terminal_state=terminal_state, force=force)
-
-
-def approve_retry(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
-                  reason: str) -> ActionResult:
-    return _act(conn, "approve_retry", job_id, seen_state, seen_token, operator, reason)
-
-
-def perform(conn: Conn, action: Action, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
-            reason: str, terminal_state: str | None = None, force: bool = False) -> ActionResult:
-    """Any of the three by name: what the CLI and the console's dialogs call."""
-    if action == "mark_terminal":
-        return mark_terminal(conn, job_id, seen_state=seen_state, seen_token=seen_token,
-                             terminal_state=terminal_state or "", operator=operator, reason=reason, force=force)
-    if action == "cancel":
-        return cancel(conn, job_id, seen_state=seen_state, seen_token=seen_token, operator=operator, reason=reason)
-    return approve_retry(conn, job_id, seen_state=seen_state, seen_token=seen_token, operator=operator,
-                         reason=reason)
-
-
-def _act(conn: Conn, action: Action, job_id: uuid.UUID, seen_state: str, seen_token: int,
-         operator: str, reason: str, **extra: object) -> ActionResult:
+def perform(conn: Conn, action: str, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
+            reason: str, **choices: object) -> ActionResult:
+    """Any action of console.core.actions.ACTIONS, by name: its statement, with the guard's
+    parameters and its own (`choices`: terminal_state, force). What the CLI and the console's
+    dialogs call."""
+    spec = action_named(action)
+    extra = spec.bind(choices)
     reason, operator = checked_words(reason, operator)
     request_id = uuid.uuid4()
     try:
-        with action_transaction(conn, f"the {action.replace('_', ' ')} of call {job_id}",
+        with action_transaction(conn, f"the {spec.name.replace('_', ' ')} of call {job_id}",
                                 look=look_at_journal(job_id, request_id)):
             run(conn, "meta/request_id", request_id=str(request_id))
-            row = run_one(conn, QUERY[action], job_id=job_id, seen_state=seen_state, seen_token=seen_token,
+            row = run_one(conn, spec.query, job_id=job_id, seen_state=seen_state, seen_token=seen_token,
                           operator=operator, reason=reason, **extra)
     except (RowLocked, StatementTimedOut) as exc:
-        journal_failure(conn, action, job_id, operator, reason, exc, seen_state, seen_token, request_id)
+        journal_failure(conn, spec.name, job_id, operator, reason, exc, seen_state, seen_token, request_id)
         raise
     if row is not None:
-        return Applied(action=action, job_id=job_id, state=row["state"], fencing_token=row["fencing_token"],
+        return Applied(action=spec.name, job_id=job_id, state=row["state"], fencing_token=row["fencing_token"],
                        owner_id=row.get("owner_id"), request_id=row["request_id"],
                        fenced=bool(row.get("fenced")))
     why, now = refusal_of(conn, job_id, request_id)
     if now is None:
         raise BadInput(f"no call {job_id}")
-    return Refused(action=action, job_id=job_id, reason=why, now=now, request_id=request_id)
+    return Refused(action=spec.name, job_id=job_id, reason=why, now=now, request_id=request_id)
+
+
+# Named shortcuts over `perform`, for scripts, the demo and the tests; the console and the CLI act
+# by name, and a new action needs none.
+def cancel(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
+           reason: str) -> ActionResult:
+    return perform(conn, "cancel", job_id, seen_state=seen_state, seen_token=seen_token, operator=operator,
+                   reason=reason)
+
+
+def mark_terminal(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, terminal_state: str,
+                  operator: str, reason: str, force: bool = False) -> ActionResult:
+    return perform(conn, "mark_terminal", job_id, seen_state=seen_state, seen_token=seen_token, operator=operator,
+                   reason=reason, terminal_state=terminal_state, force=force)
+
+
+def approve_retry(conn: Conn, job_id: uuid.UUID, *, seen_state: str, seen_token: int, operator: str,
+                  reason: str) -> ActionResult:
+    return perform(conn, "approve_retry", job_id, seen_state=seen_state, seen_token=seen_token, operator=operator,
+                   reason=reason)
 
 
 def look_at_journal(job_id: uuid.UUID, request_id: uuid.UUID) -> str:
@@ -134,35 +122,6 @@ def journal_failure(conn: Conn, action: str, job_id: uuid.UUID, operator: str, r
                 request_id=request_id, cause=cause)
     except LeasectlError as exc:  # the journal is best effort here: the action itself did nothing
         log.warning("could not journal the failed %s on %s: %s", action, job_id, exc)
-
-
-def not_possible(action: str, job: JobSummary, *, terminal_state: str | None = None,
-                 force: bool = False) -> str | None:
-    """Why an action cannot apply to this call as it was read (said before anything is sent:
-    a dialog whose guard could only refuse is not opened; a bulk action skips the call)."""
-    if action == "cancel" and job.state not in CANCELLABLE_STATES:
-        if job.state == "cancel_requested":
-            return "a cancel is already requested; the worker has not confirmed it yet"
-        return f"a {job.state.replace('_', ' ')} call cannot be cancelled"
-    if action == "approve_retry" and job.state != "outcome_unknown":
-        return "only a call whose outcome is unknown needs an approval to retry"
-    if action == "mark_terminal":
-        if job.state in TERMINAL_STATES:
-            return f"already {job.state}"
-        if terminal_state is not None and terminal_state not in allowed_terminal_states(job.state):
-            return f"a {job.state.replace('_', ' ')} call cannot be marked {terminal_state}"
-        if terminal_state is not None and job.lease_live and not force:
-            return "its owner holds a live lease (force would fence it out)"
-    return None
-
-
-def allowed_terminal_states(state: str) -> tuple[str, ...]:
-    """What operator/mark_terminal.sql accepts from each state."""
-    if state == "outcome_unknown":
-        return ("succeeded", "failed")
-    if state == "queued":
-        return ("failed", "cancelled")
-    return TERMINAL_STATES
 
 
 # ----------------------------------------------------------------------------- fleet

@@ -7,6 +7,7 @@ What a worker fleet imports::
 Nothing here imports the operator's tools or Textual (import-linter keeps it so).
 """
 
+from console.worker.calls import CallOutcome
 from console.worker.runner import (
     CallContext,
     CancelRequested,
@@ -15,7 +16,6 @@ from console.worker.runner import (
     Handler,
     Heartbeat,
     LeaseLost,
-    Outcome,
     OwnershipUnknown,
     RenewalStats,
     ToolFailed,
@@ -24,6 +24,6 @@ from console.worker.runner import (
 )
 
 __all__ = [
-    "CallContext", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat", "LeaseLost",
-    "Outcome", "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
+    "CallContext", "CallOutcome", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat",
+    "LeaseLost", "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
 ]

@@ -95,7 +95,7 @@ Claimed = tuple[ClaimedCall, float, float]
 
 
 @dataclass
-class Outcome:
+class CallOutcome:
     """What happened to one claimed call, from this worker's point of view."""
 
     job_id: uuid.UUID
@@ -105,6 +105,10 @@ class Outcome:
     completed_despite_cancel: bool = False
     # the next call, claimed in the same transaction as this one's completion (run loop only)
     next_call: Claimed | None = None
+
+
+# the former name, for console/worker/runner.py until it says CallOutcome
+Outcome = CallOutcome
 
 
 class PreconditionLapsed(Exception):

@@ -385,15 +385,15 @@ async def test_an_answer_fetched_under_the_old_filter_is_dropped_not_shown_under
         running = claim(conn, "w-1")  # the oldest: r:1
         assert running["id"] != queued["id"]
     gate, holding = threading.Event(), threading.Event()
-    plain_load = CallsScreen.load
+    plain_load = CallsScreen.load_request
 
-    def held_load(self, conn):
-        answer = plain_load(self, conn)  # read under the filter of the moment ...
+    def held_load(self, conn, request):
+        answer = plain_load(self, conn, request)  # read under the filter of the moment ...
         if holding.is_set():
             gate.wait(timeout=20)  # ... and delivered late
         return answer
 
-    monkeypatch.setattr(CallsScreen, "load", held_load)
+    monkeypatch.setattr(CallsScreen, "load_request", held_load)
     app = make_app(db.dsn, poll=0.2)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from console.core.bulk import plan
 from console.core.models import Event, FleetAgent, FleetSnapshot, JobSummary, Shutdown, ShutdownRequested
-from console.db.bulk import plan
 from console.operator import present
 from console.operator.present.bulk import plan_words
 from console.shared.text import counted

@@ -111,8 +111,9 @@ def worker_only(tmp_path_factory) -> Path:
 
 
 def test_a_worker_only_install_runs_a_call_and_carries_no_ui(worker_only, db, tmp_path):
-    from console.db.connect import connect, run_one
     from psycopg.types.json import Jsonb
+
+    from console.db.connect import connect, run_one
 
     with connect(db.dsn) as conn:
         run_one(conn, "admin/register_tool", name="echo", side_effect="read_only", lease_seconds=10,

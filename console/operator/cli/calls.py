@@ -1,13 +1,16 @@
-"""Calls: list, show, history, and the three guarded actions (cancel, mark terminal, approve a retry)."""
+"""Calls: list, show, history, and the guarded actions (console/core/actions.py: cancel, mark
+terminal, approve a retry), a command each."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from typing import Annotated, Any
 
 import typer
 
+from console.core.actions import ACTIONS, ActionSpec, action_named
 from console.core.filters import filter_from_options, grammar, parse_selection
-from console.core.models import Action, Applied, TerminalState
+from console.core.models import TERMINAL_STATES, Applied
 from console.db import actions, bulk, reads
 from console.operator import present
 from console.operator.cli.common import (
@@ -31,7 +34,7 @@ from console.operator.cli.common import (
 )
 from console.operator.present import bulk as present_bulk
 from console.shared.errors import EXIT_REFUSED, BadInput
-from console.shared.text import counted, sanitize
+from console.shared.text import sanitize
 
 TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fencing token you saw: the "
                                                  "action is refused if it changed (no question asked)")]
@@ -129,8 +132,9 @@ def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None
     out.print(present.history_group(job_id, events))
 
 
-def _act(action: Action, job: str | None, where: str | None, reason: str, token: int | None, operator: str | None,
-         yes: bool, dsn: str | None, *, terminal_state: str | None = None, force: bool = False) -> None:
+def _act(action: str, job: str | None, where: str | None, reason: str, token: int | None, operator: str | None,
+         yes: bool, dsn: str | None, **choices: object) -> None:
+    spec = action_named(action)
     if not reason.strip():
         raise BadInput("--reason must not be empty: it is journaled with the action")
     if job is not None and where is not None:
@@ -141,11 +145,11 @@ def _act(action: Action, job: str | None, where: str | None, reason: str, token:
     if where is not None:
         if token is not None:
             raise BadInput("--token guards one call; with --where each call is guarded by the token read for it")
-        _bulk(action, where, reason, operator, yes, dsn, terminal_state=terminal_state, force=force)
+        _bulk(spec, where, reason, operator, yes, dsn, **choices)
         return
     assert job is not None
     who = operator_option(operator)
-    with connect_for_acting(dsn, f"{action.replace('_', '-')}") as conn:
+    with connect_for_acting(dsn, spec.command) as conn:
         job_id = reads.resolve(conn, job)
         current = reads.job(conn, job_id)
         if current is None:
@@ -154,23 +158,23 @@ def _act(action: Action, job: str | None, where: str | None, reason: str, token:
         if token is None:
             err.print(present.describe_for_confirmation(current))
             if not yes:
-                confirm(f"{present.action_verb(action, terminal_state)} this call (guard: state {current.state}, "
-                        f"token {seen_token})?")
-        result = actions.perform(conn, action, job_id, seen_state=current.state, seen_token=seen_token,
-                                 operator=who, reason=reason, terminal_state=terminal_state, force=force)
+                confirm(f"{present.action_verb(spec.name, **choices)} this call "
+                        f"({present.guard_of(spec.name).short(current.state, seen_token)})?")
+        result = actions.perform(conn, spec.name, job_id, seen_state=current.state, seen_token=seen_token,
+                                 operator=who, reason=reason, **choices)
     answer(isinstance(result, Applied), present.action_message(result), f"request {result.request_id}")
 
 
-def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bool, dsn: str | None, *,
-          terminal_state: str | None, force: bool) -> None:
+def _bulk(spec: ActionSpec, where: str, reason: str, operator: str | None, yes: bool, dsn: str | None,
+          **choices: object) -> None:
     """Every call the filter selects (at most 1,000), each guarded by the state and token read for
     it in one snapshot; the count typed to confirm. Exit 0 when every call was applied, 3 when any
     was refused, failed or skipped (the summary says which), 2 for a bad filter or too many calls."""
     selected = parse_selection(where)
     who = operator_option(operator)
     actions.checked_words(reason, who)
-    with connect_for_acting(dsn, action.replace("_", "-")) as conn:
-        plan = bulk.plan(action, bulk.snapshot(conn, where=selected), terminal_state=terminal_state, force=force)
+    with connect_for_acting(dsn, spec.command) as conn:
+        plan = bulk.plan(spec.name, bulk.snapshot(conn, where=selected), **choices)
         if not plan.send and not plan.skipped:
             err.print(f"no call matches {sanitize(selected.describe(), max_chars=200)}: nothing to do")
             return
@@ -179,7 +183,7 @@ def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bo
             err.print("nothing to send: every selected call was skipped (see why above)")
             raise typer.Exit(EXIT_REFUSED)
         if not yes:
-            typed_confirmation(plan.confirmation(), f"{present_bulk.VERBS[action]} {counted(plan.count, 'call')}")
+            typed_confirmation(present_bulk.confirmation(plan), present_bulk.question(plan))
         result = bulk.apply(conn, plan, operator=who, reason=reason)
     out.print(present_bulk.result_table(result))
     out.print(present_bulk.result_words(result))
@@ -187,44 +191,55 @@ def _bulk(action: Action, where: str, reason: str, operator: str | None, yes: bo
         raise typer.Exit(EXIT_REFUSED)
 
 
-@app.command()
-@friendly
-def cancel(job: OptionalJob = None, reason: ReasonOption = "", where: WhereOption = None,
-           token: TokenOption = None, operator: OperatorOption = None, yes: YesOption = False,
-           dsn: DsnOption = None) -> None:
-    """Cancel a call, or every call --where selects (queued: cancelled; running: cancel requested).
+# ----------------------------------------------------------------------------- one command per action
+# Generated from console.core.actions.ACTIONS: `leasectl <command> [JOB] --reason R [its choices]
+# [--where F] [--token N] [--operator O] [--yes] [--dsn D]`, its help from its words.
 
-    A running call is NOT stopped until its worker confirms."""
-    _act("cancel", job, where, reason, token, operator, yes, dsn)
+AsOption = Annotated[str, typer.Option("--as", help="succeeded, failed or cancelled", show_default=False)]
+ForceOption = Annotated[bool, typer.Option("--force", help="Even if the owner holds a live lease: fences it "
+                                                           "out (its heartbeat and result are rejected)")]
 
 
-@app.command("mark-terminal")
-@friendly
-def mark_terminal(
-    job: OptionalJob = None,
-    reason: ReasonOption = "",
-    as_state: Annotated[str, typer.Option("--as", help="succeeded, failed or cancelled", show_default=False)] = "",
-    force: Annotated[bool, typer.Option("--force", help="Even if the owner holds a live lease: fences it "
-                                                        "out (its heartbeat and result are rejected)")] = False,
-    where: WhereOption = None,
-    token: TokenOption = None,
-    operator: OperatorOption = None,
-    yes: YesOption = False,
-    dsn: DsnOption = None,
-) -> None:
-    """Close a call, or every call --where selects, after checking outside what really happened."""
-    if as_state not in TerminalState.__args__:  # type: ignore[attr-defined]
-        raise BadInput(f"--as '{as_state}': use succeeded, failed or cancelled" if as_state
+def _checked_as(value: object) -> object:
+    if value not in TERMINAL_STATES:
+        raise BadInput(f"--as '{value}': use succeeded, failed or cancelled" if value
                        else "--as is required: succeeded, failed or cancelled")
-    _act("mark_terminal", job, where, reason, token, operator, yes, dsn, terminal_state=as_state, force=force)
+    return value
 
 
-@app.command("approve-retry")
-@friendly
-def approve_retry(job: OptionalJob = None, reason: ReasonOption = "", where: WhereOption = None,
-                  token: TokenOption = None, operator: OperatorOption = None, yes: YesOption = False,
-                  dsn: DsnOption = None) -> None:
-    """Allow one more attempt of a call whose outcome is unknown, or of every call --where selects.
+# each choice an action may take (console.core.actions.CHOICES): its option's parameter, annotation,
+# default, and the check of what was typed
+CHOICE_OPTIONS: dict[str, tuple[str, Any, object, Any]] = {
+    "terminal_state": ("as_state", AsOption, "", _checked_as),
+    "force": ("force", ForceOption, False, bool),
+}
+BEFORE_CHOICES = (("job", OptionalJob, None), ("reason", ReasonOption, ""))
+AFTER_CHOICES = (("where", WhereOption, None), ("token", TokenOption, None), ("operator", OperatorOption, None),
+                 ("yes", YesOption, False), ("dsn", DsnOption, None))
 
-    Never by the call's own executor (the database refuses)."""
-    _act("approve_retry", job, where, reason, token, operator, yes, dsn)
+
+def action_command(spec: ActionSpec) -> Any:
+    """The command of one action: the common options around its own choices' (typer reads the
+    signature set here as it reads a written one)."""
+
+    def command(**given: Any) -> None:
+        choices = {}
+        for choice in spec.params:
+            parameter, _annotation, _default, check = CHOICE_OPTIONS[choice]
+            choices[choice] = check(given.pop(parameter))
+        _act(spec.name, given["job"], given["where"], given["reason"], given["token"], given["operator"],
+             given["yes"], given["dsn"], **choices)
+
+    own = tuple(CHOICE_OPTIONS[choice][:3] for choice in spec.params)
+    parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation,
+                                    default=default)
+                  for name, annotation, default in (*BEFORE_CHOICES, *own, *AFTER_CHOICES)]
+    command.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+    command.__name__ = command.__qualname__ = spec.name
+    command.__doc__ = present.words_of(spec.name).command_help
+    return friendly(command)
+
+
+for _spec in ACTIONS.values():
+    app.command(_spec.command)(action_command(_spec))

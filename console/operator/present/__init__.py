@@ -5,7 +5,7 @@ its way in, cut to a bound where it is shown. The CLI prints them; the console's
 them. Nothing here imports Textual.
 """
 
-from console.operator.present.actions import action_message, action_verb, shutdown_message
+from console.operator.present.actions import action_message, action_verb, guard_of, shutdown_message, words_of
 from console.operator.present.calls import (
     call_fields,
     describe_for_confirmation,
@@ -28,7 +28,7 @@ from console.operator.present.fleet import (
 
 __all__ = [
     "action_message", "action_verb", "call_fields", "describe_for_confirmation", "fields_grid", "fleet_tables",
-    "history_group", "history_table", "job_panel", "jobs_table", "lineage_table", "operator_actions",
+    "guard_of", "history_group", "history_table", "job_panel", "jobs_table", "lineage_table", "operator_actions",
     "ownership_table", "reconciliation_panel", "shutdown_message", "subtree_counts", "subtree_summary",
-    "unaccounted_block",
+    "unaccounted_block", "words_of",
 ]

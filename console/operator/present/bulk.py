@@ -8,25 +8,28 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from console.db.bulk import BulkPlan, BulkResult, Outcome
+from console.core.bulk import BulkOutcomeKind, BulkPlan, BulkResult
+from console.operator.present.actions import guard_of, words_of
 from console.operator.present.words import side_effect_words, state_label, state_style, t
 from console.shared.text import counted
-
-VERBS = {"cancel": "cancel", "mark_terminal": "mark terminal", "approve_retry": "approve a retry of"}
-NOTHING = {"cancel": "Nothing to cancel", "mark_terminal": "Nothing to mark terminal",
-           "approve_retry": "No retry to approve"}
 
 
 def change_words(plan: BulkPlan, state: str) -> str:
     """What the action does to a call in this state (as read)."""
-    if plan.action == "cancel":
-        return ("queued → cancelled (it never started)" if state == "queued"
-                else "running → cancel requested (NOT stopped until its worker confirms)")
-    if plan.action == "approve_retry":
-        return "outcome unknown → queued, one more attempt (a worker may run it again)"
-    fenced = " — the live lease's owner is fenced out (force)" if plan.force and state in (
-        "running", "cancel_requested") else ""
-    return f"{state_label(state)} → {plan.terminal_state}, for good{fenced}"
+    return words_of(plan.action).change(state, plan.choices)
+
+
+def question(plan: BulkPlan) -> str:
+    """What is asked before it is sent: "cancel 9 calls"."""
+    return f"{words_of(plan.action).bulk_verb} {counted(plan.count, 'call')}"
+
+
+def confirmation(plan: BulkPlan) -> str:
+    """What the operator types to confirm: the count; for unverifiable side effects (a retry may
+    repeat what nobody can check), the words too."""
+    if plan.spec.confirm_unverifiable and plan.unverifiable:
+        return words_of(plan.action).unverifiable_typed.format(n=plan.count)
+    return str(plan.count)
 
 
 def plan_table(plan: BulkPlan) -> Table:
@@ -55,18 +58,18 @@ def plan_words(plan: BulkPlan, *, with_guard: bool = True) -> Group:
     "cancel 0 calls"."""
     if not plan.send:
         skipped = Text()
-        skipped.append(f"{NOTHING[plan.action]}: ", style="bold yellow")
+        skipped.append(f"{words_of(plan.action).nothing}: ", style="bold yellow")
         skipped.append(f"{counted(len(plan.skipped), 'call')} will be skipped: " if plan.skipped
                        else "no call is selected.")
         skipped.append("; ".join(f"{n} — {why}" for why, n in plan.skipped_by_reason()))
         return Group(skipped)
     head = Text()
-    head.append(f"{VERBS[plan.action].capitalize()} {counted(plan.count, 'call')}", style="bold")
-    if plan.action == "mark_terminal":
-        head.append(f" as {plan.terminal_state}" + (" (force)" if plan.force else ""), style="bold")
-    if plan.unverifiable and plan.action == "approve_retry":
-        head.append(f" — {plan.unverifiable} of them UNVERIFIABLE: a retry may repeat a payment nobody can check",
-                    style="bold magenta")
+    head.append(f"{words_of(plan.action).bulk_verb.capitalize()} {counted(plan.count, 'call')}", style="bold")
+    if "terminal_state" in plan.choices:
+        head.append(f" as {plan.choices['terminal_state']}" + (" (force)" if plan.choices.get("force") else ""),
+                    style="bold")
+    if plan.unverifiable and plan.spec.confirm_unverifiable:
+        head.append(words_of(plan.action).unverifiable_warning.format(n=plan.unverifiable), style="bold magenta")
     parts: list[Text | Table] = [head, plan_table(plan)]
     if plan.skipped:
         skipped = Text()
@@ -74,9 +77,7 @@ def plan_words(plan: BulkPlan, *, with_guard: bool = True) -> Group:
         skipped.append("; ".join(f"{n} — {why}" for why, n in plan.skipped_by_reason()))
         parts.append(skipped)
     if with_guard:
-        parts.append(Text("Guard: each call only if it is still in the state and under the fencing token read for "
-                          "it just now, in one snapshot; a call that changed is refused and journaled, never acted "
-                          "on blind. Every call is journaled under one batch id.", style="dim"))
+        parts.append(Text(guard_of(plan.action).plan, style="dim"))
     return Group(*parts)
 
 
@@ -96,7 +97,7 @@ def result_table(result: BulkResult, *, limit: int = 200) -> Table:
 def result_words(result: BulkResult) -> Text:
     text = Text()
     text.append(f"{result.count('applied')} applied", style="bold green")
-    others: tuple[tuple[Outcome, str], ...] = (("refused", "bold red"), ("failed", "bold yellow"),
+    others: tuple[tuple[BulkOutcomeKind, str], ...] = (("refused", "bold red"), ("failed", "bold yellow"),
                                                ("skipped", "yellow"))
     for outcome, style in others:
         if result.count(outcome):

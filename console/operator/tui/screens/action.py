@@ -32,7 +32,8 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.widgets._select import SelectOverlay
 from textual.worker import Worker, WorkerState
 
-from console.core.models import Action, Applied, JobSummary
+from console.core.actions import action_named
+from console.core.models import Applied, JobSummary
 from console.db import actions
 from console.db.connect import Conn
 from console.db.sql import load
@@ -359,187 +360,82 @@ class GuardedDialog(ModalScreen[object | None]):
 # ----------------------------------------------------------------------------- the call actions
 
 
-class CallAction:
-    """What differs between cancel, mark terminal and approve a retry: the words, the fields."""
-
-    action: Action
-    title = ""
-
-    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
-        """`elapsed`: seconds since `job` was read, so that the times it says tick."""
-        raise NotImplementedError
-
-    def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
-        return ()
-
-    def last_field(self, job: JobSummary) -> str:
-        return "reason"
-
-    def enter_applies(self, job: JobSummary, field_id: str | None) -> bool:
-        return field_id == self.last_field(job)
-
-    def collect(self, dialog: ActionDialog) -> dict[str, object] | None:
-        return {}
-
-
-class Cancel(CallAction):
-    action = "cancel"
-    title = "Cancel"
-
-    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
-        text = Text()
-        text.append("What will change: ", style="bold")
-        if job.state == "queued":
-            text.append("queued → cancelled. It never started; nothing ran.")
-        else:
-            text.append("running → cancel requested. ")
-            text.append("This does NOT stop it: ", style="bold yellow")
-            text.append(f"the worker ({sanitize(job.owner_id, max_chars=60)}) hears the request at its next "
-                        "heartbeat and confirms; until then it may still be running. Cancel is not rollback.")
-        return text
-
-
-class MarkTerminal(CallAction):
-    action = "mark_terminal"
-    title = "Mark terminal"
-
-    @staticmethod
-    def choices(state: str) -> list[str]:
-        return list(actions.allowed_terminal_states(state))
-
-    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
-        text = Text()
-        text.append("What will change: ", style="bold")
-        text.append(f"{job.state.replace('_', ' ')} → the state you choose, for good. ")
-        if job.lease_live:
-            owner = sanitize(job.owner_id, max_chars=60)
-            left = (job.lease_left_seconds or 0.0) - elapsed  # counted down from what was read
-            if left >= 0:
-                text.append(f"The owner {owner} holds a live lease ({format_seconds(left)} left): ",
-                            style="bold yellow")
-            else:
-                text.append(f"The owner {owner}'s lease ran out {format_seconds(-left)} ago, unless it renewed "
-                            "it since you looked: ", style="bold yellow")
-            text.append("without force the database refuses a live lease; with force the owner is fenced out.")
-        else:
-            text.append("No live lease: nobody is working on it.")
-        return text
-
-    def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
-        yield Label("Mark it as (what really happened, checked outside):")
-        # nothing preselected: a guess here would be journaled as the operator's finding
-        yield ChoiceSelect([(c, c) for c in self.choices(job.state)], prompt="choose…", allow_blank=True,
-                           id="terminal")
-        if job.lease_live:
-            yield SafeCheckbox(f"force: fence the owner out (token {job.fencing_token} → {job.fencing_token + 1}); "
-                               "its heartbeat and result will be rejected (space ticks it)", id="force")
-
-    def enter_applies(self, job: JobSummary, field_id: str | None) -> bool:
-        return False  # mark-terminal goes on to its state (and force), then Apply
-
-    def collect(self, dialog: ActionDialog) -> dict[str, object] | None:
-        chosen = dialog.query_one("#terminal", Select)
-        if chosen.value is Select.BLANK:
-            dialog._say(Text("Choose what really happened: the state is journaled as your finding.",
-                             style="bold red"))
-            chosen.focus()
-            return None
-        force = bool(dialog.query_one("#force", Checkbox).value) if dialog.job.lease_live else False
-        return {"terminal_state": str(chosen.value), "force": force}
-
-
-class ApproveRetry(CallAction):
-    action = "approve_retry"
-    title = "Approve a retry of"
-
-    @staticmethod
-    def confirms_id(job: JobSummary) -> bool:
-        return job.side_effect == "mutating_unverifiable"
-
-    def what_changes(self, job: JobSummary, elapsed: float) -> Text:
-        text = Text()
-        text.append("What will change: ", style="bold")
-        text.append("outcome unknown → queued, with room for exactly one more attempt. ")
-        text.append("A worker may then run it again", style="bold yellow")
-        if job.external_request_id:
-            text.append(f"; the previous request {sanitize(job.external_request_id, max_chars=80)} may already have "
-                        "taken effect.")
-        else:
-            text.append(".")
-        return text
-
-    def extra_fields(self, job: JobSummary) -> Iterable[Widget]:
-        if self.confirms_id(job):
-            yield Label("This side effect cannot be checked. Type the first 8 characters of the call's id (in the "
-                        "title above) to confirm:")
-            yield Input(placeholder="the call's first 8 characters", id="confirm-id", max_length=8)
-
-    def last_field(self, job: JobSummary) -> str:
-        return "confirm-id" if self.confirms_id(job) else "reason"
-
-    def collect(self, dialog: ActionDialog) -> dict[str, object] | None:
-        if self.confirms_id(dialog.job):
-            typed = dialog.query_one("#confirm-id", Input).value.strip().lower()
-            if typed != dialog.job.short_id:
-                dialog._say(Text("Type the first 8 characters of the call's id to confirm this approval.",
-                                 style="bold red"))
-                dialog.query_one("#confirm-id", Input).focus()
-                return None
-        return {}
-
-
-CALL_ACTIONS: dict[str, CallAction] = {spec.action: spec for spec in (Cancel(), MarkTerminal(), ApproveRetry())}
-
-
 class ActionDialog(GuardedDialog):
-    """Cancel, mark terminal or approve a retry of one call."""
+    """Any action of console.core.actions.ACTIONS on one call: the words its entry names, a field
+    for each choice it takes, the typed id when it asks for one on an unverifiable call."""
 
     def __init__(self, action: str, job: JobSummary, *, seen_at: float | None = None) -> None:
         super().__init__(seen_at=seen_at)
-        self.spec = CALL_ACTIONS[action]
+        self.spec = action_named(action)
+        self.words = present.words_of(action)
         self.job = job
-        self.query_name = actions.QUERY[self.spec.action]
+        self.query_name = self.spec.query
 
     def title_text(self) -> Text:
         title = Text()
-        title.append(f"{self.spec.title} call {self.job.short_id}", style="bold")
+        title.append(f"{self.words.title} call {self.job.short_id}", style="bold")
         title.append(f"  {sanitize(self.job.tool, max_chars=60)}", style="dim")
         return title
 
     def what_changes(self) -> Text:
-        return self.spec.what_changes(self.job, self.seen_seconds())
+        return self.words.what_changes(self.job, self.seen_seconds())
 
     def tick(self) -> None:
         self.query_one("#what-changes", Static).update(self.what_changes())
 
+    @property
+    def confirms_id(self) -> bool:
+        return self.spec.confirm_unverifiable and self.job.side_effect == "mutating_unverifiable"
+
     def extra_fields(self) -> Iterable[Widget]:
-        return self.spec.extra_fields(self.job)
+        job = self.job
+        if "terminal_state" in self.spec.params:
+            yield Label("Mark it as (what really happened, checked outside):")
+            # nothing preselected: a guess here would be journaled as the operator's finding
+            yield ChoiceSelect([(c, c) for c in self.spec.terminal_states[job.state]], prompt="choose…",
+                               allow_blank=True, id="terminal")
+        if "force" in self.spec.params and job.lease_live:
+            yield SafeCheckbox(f"force: fence the owner out (token {job.fencing_token} → {job.fencing_token + 1}); "
+                               "its heartbeat and result will be rejected (space ticks it)", id="force")
+        if self.confirms_id:
+            yield Label("This side effect cannot be checked. Type the first 8 characters of the call's id (in the "
+                        "title above) to confirm:")
+            yield Input(placeholder="the call's first 8 characters", id="confirm-id", max_length=8)
 
     def last_field(self) -> str:
-        return self.spec.last_field(self.job)
-
-    def enter_applies(self, field_id: str | None) -> bool:
-        return self.spec.enter_applies(self.job, field_id)
+        # an action with choices goes on to them (and force), then Apply: enter in the reason moves on
+        if self.confirms_id:
+            return "confirm-id"
+        return "terminal" if "terminal_state" in self.spec.params else "reason"
 
     def collect(self) -> dict[str, object] | None:
-        return self.spec.collect(self)
+        choices: dict[str, object] = {}
+        if "terminal_state" in self.spec.params:
+            chosen = self.query_one("#terminal", Select)
+            if chosen.value is Select.BLANK:
+                self._say(Text("Choose what really happened: the state is journaled as your finding.",
+                               style="bold red"))
+                chosen.focus()
+                return None
+            choices["terminal_state"] = str(chosen.value)
+        if "force" in self.spec.params:
+            choices["force"] = bool(self.query_one("#force", Checkbox).value) if self.job.lease_live else False
+        if self.confirms_id:
+            typed = self.query_one("#confirm-id", Input).value.strip().lower()
+            if typed != self.job.short_id:
+                self._say(Text("Type the first 8 characters of the call's id to confirm this approval.",
+                               style="bold red"))
+                self.query_one("#confirm-id", Input).focus()
+                return None
+        return choices
 
     def guard_words(self) -> Text:
-        job = self.job
-        text = Text()
-        text.append("Guard: ", style="bold")
-        text.append("only if the call is still ")
-        text.append(job.state.replace("_", " "), style="bold")
-        text.append(" with fencing token ")
-        text.append(str(job.fencing_token), style="bold")
-        text.append(f"{self.seen_words()}; if it changed, nothing happens and you are told what is true now.")
-        return text
+        return present.guard_of(self.spec.name).one(self.job, self.seen_words())
 
     def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> object:
         job = self.job
-        return actions.perform(conn, self.spec.action, job.id, seen_state=job.state, seen_token=job.fencing_token,
-                               operator=operator, reason=reason, terminal_state=fields.get("terminal_state"),
-                               force=bool(fields.get("force", False)))
+        return actions.perform(conn, self.spec.name, job.id, seen_state=job.state, seen_token=job.fencing_token,
+                               operator=operator, reason=reason, **fields)
 
     def answer(self, result: object) -> Text:
         applied = isinstance(result, Applied)

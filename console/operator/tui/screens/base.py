@@ -30,23 +30,24 @@ from textual.timer import Timer
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from console.core.actions import ACTIONS, action_named
 from console.core.models import JobSummary
-from console.db.actions import not_possible
 from console.db.connect import Conn
+from console.db.lane import reconnect_delay
+from console.operator.present import words_of
 from console.operator.tui.failures import as_expected, describe_failure
 from console.operator.tui.messages import DataArrived, DataFailed
 from console.operator.tui.state import ConsoleApp, why_no_actions
 from console.operator.tui.widgets.filterbar import FilterBar
 from console.shared.errors import BadInput, LeasectlError
 
+# a key for every action of console.core.actions.ACTIONS, on the selected call or the marked ones: `act('cancel')`
 CALL_ACTION_BINDINGS: list[BindingType] = [
-    Binding("c", "cancel_call", "Cancel", tooltip="Request a cancel of the selected call"),
-    Binding("t", "mark_terminal", "Mark terminal", tooltip="Close the call after checking outside"),
-    Binding("a", "approve_retry", "Approve retry", tooltip="Outcome unknown: allow one more attempt"),
+    Binding(spec.binding, f"act({spec.name!r})", words_of(spec.name).key, tooltip=words_of(spec.name).key_help)
+    for spec in ACTIONS.values()
 ]
 # the actions that change data: never offered on a read-only session
-CHANGES_DATA = frozenset({"cancel_call", "mark_terminal", "approve_retry", "drain", "abort", "bulk_cancel",
-                          "bulk_mark_terminal", "bulk_approve_retry"})
+CHANGES_DATA = frozenset({"act", "drain", "abort"})
 
 
 class PollingScreen(Screen[None]):
@@ -169,7 +170,7 @@ class PollingScreen(Screen[None]):
         if not isinstance(error, LeasectlError):
             error = LeasectlError(describe_failure(error, f"the {type(self).__name__.removesuffix('Screen')} refresh"))
         self.post_message(DataFailed(error, since=self._fetch_started))
-        self.schedule(min(1.0 * 2 ** (self.failures - 1), 10.0))
+        self.schedule(reconnect_delay(self.failures))  # the one jittered backoff of every reconnection
 
     def now(self) -> datetime | None:
         """The database's clock now, for this screen: its last fetch's now() plus the time since."""
@@ -262,14 +263,9 @@ class PollingScreen(Screen[None]):
         """This screen's entries in the command palette (its actions, by name)."""
         return ()
 
-    def action_cancel_call(self) -> None:
-        self._open_action("cancel")
-
-    def action_mark_terminal(self) -> None:
-        self._open_action("mark_terminal")
-
-    def action_approve_retry(self) -> None:
-        self._open_action("approve_retry")
+    def action_act(self, action: str) -> None:
+        """The key (or palette entry) of an action of console.core.actions.ACTIONS."""
+        self._open_action(action)
 
     def actions_allowed(self) -> bool:
         """False (and says why) on a read-only session, an unreachable database or stale data."""
@@ -285,7 +281,7 @@ class PollingScreen(Screen[None]):
             return
         if not self.actions_allowed():
             return
-        problem = not_possible(action, job)
+        problem = action_named(action).why_not(job)
         if problem:
             self.app.notify(problem[0].upper() + problem[1:] + ".", title="Nothing to do", severity="warning")
             return

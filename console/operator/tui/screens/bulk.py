@@ -23,25 +23,29 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
-from console.core.models import Action, JobSummary
-from console.db import actions, bulk
+from console.core.actions import action_named
+from console.core.bulk import BulkPlan, BulkResult
+from console.core.models import TERMINAL_STATES, JobSummary
+from console.db import bulk
 from console.db.connect import Conn
+from console.operator import present
 from console.operator.present import bulk as words
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.action import ChoiceSelect, GuardedDialog, SafeCheckbox
 from console.shared.text import counted
 
-TITLES = {"cancel": "Cancel", "mark_terminal": "Mark terminal", "approve_retry": "Approve retries of"}
-
 
 class BulkDialog(GuardedDialog):
-    def __init__(self, action: Action, ids: list[uuid.UUID], *, seen_at: float | None = None) -> None:
+    """Any action of console.core.actions.ACTIONS on the marked calls."""
+
+    def __init__(self, action: str, ids: list[uuid.UUID], *, seen_at: float | None = None) -> None:
         super().__init__(seen_at=seen_at)
-        self.action: Action = action
+        self.spec = action_named(action)
+        self.action = self.spec.name
         self.ids = ids
-        self.query_name = actions.QUERY[action]
+        self.query_name = self.spec.query
         self.calls: list[JobSummary] | None = None
-        self.plan: bulk.BulkPlan | None = None
+        self.plan: BulkPlan | None = None
 
     # ------------------------------------------------------------------ the marked calls, read again
     def on_mount(self) -> None:
@@ -65,12 +69,13 @@ class BulkDialog(GuardedDialog):
     def _replan(self) -> None:
         if self.calls is None:
             return
-        terminal_state, force = None, False
-        if self.action == "mark_terminal":
+        choices: dict[str, object] = {}
+        if "terminal_state" in self.spec.params:
             chosen = self.query_one("#terminal", Select).value
-            terminal_state = None if chosen is Select.BLANK else str(chosen)
-            force = bool(self.query_one("#force", Checkbox).value)
-        self.plan = bulk.plan(self.action, self.calls, terminal_state=terminal_state, force=force)
+            choices["terminal_state"] = None if chosen is Select.BLANK else str(chosen)
+        if "force" in self.spec.params:
+            choices["force"] = bool(self.query_one("#force", Checkbox).value)
+        self.plan = bulk.plan(self.action, self.calls, **choices)
         self.query_one("#what-changes", Static).update(words.plan_words(self.plan, with_guard=False))
         # nothing to send: no count to type (typing '0' to confirm nothing would be a ritual), and
         # Apply cannot be pressed; a mark-terminal plan can come back when force is ticked
@@ -79,7 +84,8 @@ class BulkDialog(GuardedDialog):
         self.query_one("#apply", Button).disabled = nothing
         self.query_one("#confirm-label", Label).update(
             Text("Nothing to confirm: no call would be sent, and Apply is off.", style="bold yellow")
-            if nothing else f"To confirm, type {self.plan.confirmation()!r} (the number of calls that will be sent):")
+            if nothing else f"To confirm, type {words.confirmation(self.plan)!r} (the number of calls that will be "
+                            "sent):")
 
     def on_select_changed(self, event: Select.Changed) -> None:
         self._replan()
@@ -90,25 +96,24 @@ class BulkDialog(GuardedDialog):
     # ------------------------------------------------------------------ the frame
     def title_text(self) -> Text:
         title = Text()
-        title.append(f"{TITLES[self.action]} {counted(len(self.ids), 'marked call')}", style="bold")
+        title.append(f"{present.words_of(self.action).bulk_title} {counted(len(self.ids), 'marked call')}",
+                     style="bold")
         return title
 
     def what_changes(self) -> Text:
         return Text("Reading the marked calls again, in one snapshot…", style="dim")
 
     def guard_words(self) -> Text:
-        text = Text()
-        text.append("Guard: ", style="bold")
-        text.append("each call only if it is still in the state and under the fencing token just read for it")
-        text.append(f"{self.seen_words()}; a call that changed is refused and journaled, never acted on blind. "
-                    "Every call is journaled under one batch id.")
-        return text
+        return present.guard_of(self.action).marked(self.seen_words())
 
     def extra_fields(self) -> Iterable[Widget]:
-        if self.action == "mark_terminal":
+        if "terminal_state" in self.spec.params:
             yield Label("Mark them as (what really happened, checked outside):")
-            yield ChoiceSelect([(s, s) for s in ("succeeded", "failed", "cancelled")], prompt="choose…",
+            # every state some call may be marked; a call that may not be marked that is skipped, with why
+            targets = {s for states in self.spec.terminal_states.values() for s in states}
+            yield ChoiceSelect([(s, s) for s in TERMINAL_STATES if s in targets], prompt="choose…",
                                allow_blank=True, id="terminal")
+        if "force" in self.spec.params:
             yield SafeCheckbox("force: fence out the owners of live leases (their heartbeats and results will be "
                                "rejected; space ticks it)", id="force")
         yield Label("To confirm, type the number of calls that will be sent:", id="confirm-label")
@@ -122,7 +127,7 @@ class BulkDialog(GuardedDialog):
         if self.plan is None:
             self._say(Text("The marked calls are still being read.", style="bold yellow"))
             return None
-        if self.action == "mark_terminal" and self.plan.terminal_state is None:
+        if "terminal_state" in self.spec.params and self.plan.choices.get("terminal_state") is None:
             self._say(Text("Choose what really happened: the state is journaled as your finding.", style="bold red"))
             self.query_one("#terminal", Select).focus()
             return None
@@ -130,18 +135,18 @@ class BulkDialog(GuardedDialog):
             self._say(Text(f"Nothing to send: {words.nothing_sent_words(self.plan)}", style="bold red"))
             return None
         typed = self.query_one("#confirm-count", Input).value.strip()
-        if typed != self.plan.confirmation():
-            self._say(Text(f"Type {self.plan.confirmation()!r} to confirm.", style="bold red"))
+        if typed != words.confirmation(self.plan):
+            self._say(Text(f"Type {words.confirmation(self.plan)!r} to confirm.", style="bold red"))
             self.query_one("#confirm-count", Input).focus()
             return None
         return {}
 
-    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> bulk.BulkResult:
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> BulkResult:
         assert self.plan is not None
         return bulk.apply(conn, self.plan, operator=operator, reason=reason)
 
     def answer(self, result: object) -> RenderableType:
-        assert isinstance(result, bulk.BulkResult)
+        assert isinstance(result, BulkResult)
         head = Text()
         head.append("DONE — " if result.all_applied else "NOT ALL APPLIED — ",
                     style="bold green" if result.all_applied else "bold red")

@@ -4,6 +4,7 @@ one grammar (console.core.filters), the active filter always shown."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
@@ -14,9 +15,11 @@ from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
+from console.core.actions import ACTIONS
+from console.core.bulk import BulkResult
 from console.core.filters import JobFilter, parse_filter
 from console.core.models import JobSummary
-from console.db.bulk import BulkResult
+from console.operator.present import words_of
 from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.calltable import CallTable
@@ -27,14 +30,14 @@ from console.shared.times import parse_past
 
 
 def call_commands(screen: PollingScreen, job: JobSummary | None) -> Iterable[SystemCommand]:
-    """The palette's entries for the selected call (the same actions as c, t, a)."""
+    """The palette's entries for the selected call: the actions of console.core.actions.ACTIONS,
+    as their keys (c, t, a) offer them."""
     if job is None:
         return
-    yield SystemCommand(f"Cancel call {job.short_id}", "Request a cancel (c)", screen.action_cancel_call)
-    yield SystemCommand(f"Mark call {job.short_id} terminal", "After checking outside (t)",
-                        screen.action_mark_terminal)
-    yield SystemCommand(f"Approve a retry of {job.short_id}", "Outcome unknown only (a)",
-                        screen.action_approve_retry)
+    for spec in ACTIONS.values():
+        words = words_of(spec.name)
+        yield SystemCommand(words.palette.format(id=job.short_id), f"{words.palette_help} ({spec.binding})",
+                            functools.partial(screen.action_act, spec.name))
 
 
 # the past does not change: rebuilt again now and then (a later event can tell its lease), not every poll
@@ -131,7 +134,7 @@ class CallListScreen(PollingScreen):
         from console.operator.tui.screens.bulk import BulkDialog
 
         ids = [uuid.UUID(key) for key in sorted(self.marked)]
-        self.app.push_screen(BulkDialog(action, ids, seen_at=self.fetched_at), self._bulk_done)  # type: ignore[arg-type]
+        self.app.push_screen(BulkDialog(action, ids, seen_at=self.fetched_at), self._bulk_done)
 
     def _bulk_done(self, result: object) -> None:
         if isinstance(result, BulkResult):
