@@ -1,4 +1,4 @@
--- 0012: the trust boundary, again (issue 23). Three ways a leasectl_worker login still got past the
+-- 0012: the trust boundary, again. Three ways a leasectl_worker login still got past the
 -- database's rules, and the rules that close each as a class.
 --
 -- 1. Temporary objects shadowed what the guards read. PostgreSQL searches the session's temporary

@@ -1,4 +1,4 @@
--- 0013: the trust boundary, second walk (issue 23). A tester who had not read 0012 attacked a
+-- 0013: the trust boundary, second walk. A tester who had not read 0012 attacked a
 -- migrated database with only worker, operator and auditor logins. The calls held; the fleet and
 -- the edges of the journal did not. Each finding, and the rule that closes it for any SQL:
 --

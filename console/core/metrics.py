@@ -1,6 +1,6 @@
-"""The metrics' rows (issue 9): what `leasectl metrics`, its exporter and screen 7 share.
+"""The metrics' rows: what `leasectl metrics`, its exporter and screen 7 share.
 
-The JSON of `leasectl metrics --json` is a contract (DESIGN.md, "Metrics"): the names of
+The JSON of `leasectl metrics --json` is a contract (docs/contract.md §7): the names of
 `MetricsGroup`'s fields are its keys, exactly, and nothing else is in a group.
 """
 

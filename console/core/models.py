@@ -267,7 +267,7 @@ class Refused(Row):
 ActionResult = Applied | Refused
 
 
-# ----------------------------------------------------------------------------- fleet (seed 003)
+# ----------------------------------------------------------------------------- fleet (docs/seeds.md §003)
 
 AgentState = Literal["running", "draining", "aborting", "reconciling", "terminated"]
 ShutdownMode = Literal["drain", "abort"]

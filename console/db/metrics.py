@@ -1,4 +1,4 @@
-"""The metrics' reads (issue 9): `leasectl metrics`, its exporter and screen 7.
+"""The metrics' reads: `leasectl metrics`, its exporter and screen 7.
 
 Every function takes a connection and returns typed rows (console.core.metrics); the SQL is in
 queries/metrics/. Nothing here writes but `fold`, which only moves history totals into the

@@ -45,7 +45,7 @@ SITUATIONS: list[tuple[float, str]] = [
 ]
 CYCLE_SECONDS = 120.0
 
-# The agent tree (seed 003): a planner delegates to retrieval, code and review agents; the code
+# The agent tree (docs/seeds.md §003): a planner delegates to retrieval, code and review agents; the code
 # agent runs a sandbox that holds a database credential. The sandbox is the child that never
 # confirms it stopped: drain or abort the planner's subtree and the record lists it unaccounted.
 TREE: list[tuple[str, str | None]] = [("planner", None), ("retrieval", "planner"), ("code", "planner"),

@@ -18,7 +18,7 @@ from console.core.models import TERMINAL_STATES
 from console.db.connect import Conn, run, run_one
 from console.demo.tools import register_demo_tools
 
-# the instant of seed 000's example lease (lease_until: 2026-07-23T21:14:30Z)
+# the instant of docs/seeds.md §000.5's example lease (lease_until: 2026-07-23T21:14:30Z)
 ANCHOR = datetime(2026, 7, 23, 21, 14, 0, tzinfo=UTC)
 
 
@@ -210,7 +210,7 @@ def stories() -> list[Story]:
     return s
 
 
-# the fleet (seed 003): a working tree, a drain in progress, and an abort already reconciled
+# the fleet (docs/seeds.md §003): a working tree, a drain in progress, and an abort already reconciled
 # with one grandchild that never confirmed it stopped
 AGENTS: list[tuple[str, str | None, str, str, float, float | None, float | None]] = [
     # id, parent, kind, state, started, last seen, confirmed stopped

@@ -1,4 +1,4 @@
-"""The demo's tools, with lease sizing that respects L > R x H + J (seed 000)."""
+"""The demo's tools, with lease sizing that respects L > R x H + J (docs/seeds.md §000.8)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ EXPECTED_TRIGGERS = {
     "tool_jobs_guard_insert", "tool_jobs_guard_update", "tool_jobs_journal_insert",
     "tool_jobs_journal_update", "tool_jobs_autoregister_tool", "job_events_no_update_delete",
     "job_events_no_truncate", "job_events_kind_guard",
-    # the fleet (seed 003): shutdown, grant and agent guards, the fleet journal, append-only records
+    # the fleet (docs/seeds.md §003): shutdown, grant and agent guards, the fleet journal, append-only records
     "shutdowns_guard", "grants_guard", "agents_guard", "agents_journal", "shutdowns_journal",
     "grants_journal", "reconciliation_records_append_only", "reconciliation_records_no_truncate",
     "fleet_events_append_only", "fleet_events_no_truncate",
@@ -226,7 +226,7 @@ def _tools(conn: Conn) -> list[Check]:
                   f" + J={r['jitter_seconds']}s = {r['minimum']}s")
         if r["problem"] == "broken":
             checks.append(Check(f"tool {r['name']}", "fail", f"lease too short: {sizing}",
-                                f"make lease_seconds larger than {r['minimum']} (seed 000: L > R x H + J)"))
+                                f"make lease_seconds larger than {r['minimum']} (docs/seeds.md §000.8: L > R x H + J)"))
         elif r["problem"] == "auto_registered":
             checks.append(Check(f"tool {r['name']}", "warn",
                                 "registered automatically on first use: side-effect class unknown, "

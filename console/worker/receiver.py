@@ -1,6 +1,6 @@
 """A fenced receiver: a stand-in for an external API that does side effects.
 
-It behaves as seed 000 asks of any serious side-effect receiver:
+It behaves as docs/seeds.md §000.11 asks of any serious side-effect receiver:
 
 * it remembers the highest fencing token accepted per object and execution (the call: its
   tokens order that call's owners, so another call's token 1 is never "stale" against them) and

@@ -1,5 +1,5 @@
 -- Purpose: benchmark databases only: the seed's claim, verbatim but for the table name and
---   the lease (seed 000): a queued call or an expired lease, SKIP LOCKED, a new fencing token.
+--   the lease (docs/seeds.md §000): a queued call or an expired lease, SKIP LOCKED, a new fencing token.
 -- Zero rows: nothing left to claim.
 -- Parameters: worker_id
 with candidate as (

@@ -1,5 +1,5 @@
 -- Purpose: benchmark databases only: the seed's fenced final write, verbatim but for the table
---   name (seed 000): the result lands only if this worker still owns the call under this token.
+--   name (docs/seeds.md §000): the result lands only if this worker still owns the call under this token.
 -- Zero rows: the result is rejected (the lease was lost).
 -- Parameters: job_id, worker_id, fencing_token, result
 update bare_jobs

@@ -1,4 +1,4 @@
--- Purpose: benchmark databases only: the seed's bare shape (seed 000) that the protocol
+-- Purpose: benchmark databases only: the seed's bare shape (docs/seeds.md §000) that the protocol
 --   benchmark compares the reference worker with -- the seed's tool_jobs table, its columns
 --   only, with no triggers, no history, no NOTIFY and no row level security; plus the one
 --   partial index the seed's claim needs so that it does not scan finished rows. Its own table

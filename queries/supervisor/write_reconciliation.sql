@@ -1,5 +1,5 @@
 -- Purpose: the control plane writes, from outside, what happened to a subtree before anything
---   in it is called terminated (seed 003): every call that was in flight when the shutdown was
+--   in it is called terminated (docs/seeds.md §003): every call that was in flight when the shutdown was
 --   requested (or came after) and how it resolved -- completed, failed, cancelled,
 --   cancel_unconfirmed (stopped while running without its worker confirming), outcome_unknown,
 --   never_started; every grant revoked vs. already expired; every agent of the subtree that

@@ -8,7 +8,7 @@ machine's ceiling.
 For each worker count, on the same server, each run on a fresh database and right after a
 CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to measure without):
   C           pgbench: single-row UPDATE commits/s with that many clients (the machine's ceiling)
-  bare        the seed's bare shape (seed 000): its table with no triggers, no history, no NOTIFY,
+  bare        the seed's bare shape (docs/seeds.md §000): its table with no triggers, no history, no NOTIFY,
               no row level security, the seed's claim CTE (SKIP LOCKED) and its fenced complete,
               each its own statement and commit (two commits per call), a psycopg loop with tuple
               rows and no heartbeat thread; N processes

@@ -1,4 +1,4 @@
-"""Benchmark: a worker fleet at the size real agents run (issue 11) -- many calls running at once,
+"""Benchmark: a worker fleet at the size real agents run -- many calls running at once,
 their leases renewed in batches, and the console's triage refresh meanwhile.
 
     python -m tests.bench.scale [--dsn DSN] [--calls 10000] [--processes 8] [--heartbeat 10]
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                 enqueued_in = time.perf_counter() - t0
                 postmaster = local_postmaster(conn)
 
-            print("leasectl scale benchmark (issue 11): calls running at once, leases renewed in batches")
+            print("leasectl scale benchmark: calls running at once, leases renewed in batches")
             print(f"  machine:  {machine_facts()}")
             print(f"  load:     load average {load_before} at start -- load from elsewhere (another benchmark) "
                   f"may exist; see 'elsewhere' below")

@@ -1,4 +1,4 @@
-"""The auditor's tools on a real PostgreSQL (issue 13): who held a call at an instant (boundaries
+"""The auditor's tools on a real PostgreSQL: who held a call at an instant (boundaries
 included), the operator journal across calls and shutdowns, the history exported and streamed,
 verify on a clean and on a tampered history, every call as it was at an instant, all of it as a
 leasectl_auditor login and under --read-only. Every answer comes from the history alone: tests

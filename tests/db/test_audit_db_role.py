@@ -1,4 +1,4 @@
-"""The auditor sees who wrote each row (issue 23, the auditor's items): the database login (`db_role`)
+"""The auditor sees who wrote each row : the database login (`db_role`)
 beside the name a client gave, in `history`, `audit actions` and the exports; drains and aborts
 exported (`audit export --fleet`); and `audit verify` holding each event's login against its kind.
 

@@ -1,4 +1,4 @@
-"""Bulk actions over a filter (issue 10): one snapshot, a guard per call, one batch id, a
+"""Bulk actions over a filter: one snapshot, a guard per call, one batch id, a
 confirmation sized to what it touches, and as safe under races as one action."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The demo's "worker dies" situation leaves no connection behind (issue 23: 41 -> 49 connections
+"""The demo's "worker dies" situation leaves no connection behind (41 -> 49 connections
 in 8 minutes, two per death, until the embedded server's 100 ran out). A dead worker is like a
 killed pod: its connections end with it, and the replacement the orchestrator starts brings its
 own. Played on a real database, only the ERP pool running, at tempo 0.05."""

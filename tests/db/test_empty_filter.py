@@ -1,4 +1,4 @@
-"""An empty filter is not "every call" for an action (issue 23: an unset shell variable in
+"""An empty filter is not "every call" for an action (an unset shell variable in
 `--where "$FILTER"` approved a retry of an unverifiable payment). For an action, an empty or blank
 --where is bad input: exit 2, nothing changed, nothing journaled. For a read, no filter at all lists
 everything, but an option given an empty value (`jobs --tool "$TOOL"`) is bad input too: it would

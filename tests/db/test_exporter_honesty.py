@@ -1,4 +1,4 @@
-"""`leasectl metrics serve` under trouble (issue 23): `leasectl_up` said 1 for the cache's life
+"""`leasectl metrics serve` under trouble: `leasectl_up` said 1 for the cache's life
 after the database died, and every idle socket held a thread (1,500 idle sockets: 1,502 threads).
 Now a scrape that cannot reach the database says `leasectl_up 0` whatever is cached, values served
 from the cache carry their age, and idle sockets wait without a thread while a real scrape is

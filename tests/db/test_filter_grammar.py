@@ -1,4 +1,4 @@
-"""One filter grammar (issue 24): every key of console/core/filters.py selects the same calls in
+"""One filter grammar: every key of console/core/filters.py selects the same calls in
 the database (queries/views/jobs.sql: the Calls screen, `leasectl jobs`), in memory (`matches`:
 Triage and Approvals), through `leasectl jobs --where`, through a bulk action's `--where` (its
 snapshot), and in the past (queries/audit/jobs_at.sql: `jobs --at`). The console's `/` is held to

@@ -1,4 +1,4 @@
-"""Fleet shutdown (seed 003): drain and abort a subtree, revocation down the delegation chain,
+"""Fleet shutdown (docs/seeds.md §003): drain and abort a subtree, revocation down the delegation chain,
 the reconciliation record written from outside before anything is terminated."""
 
 from __future__ import annotations

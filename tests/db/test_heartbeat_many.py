@@ -1,5 +1,5 @@
 """worker/heartbeat_many.sql: every lease a worker process holds, renewed in one statement
-(DESIGN.md, "Concurrent workers"), each under exactly heartbeat.sql's guard: a lease this worker
+(docs/contract.md §4), each under exactly heartbeat.sql's guard: a lease this worker
 lost is simply missing from the answer, whatever happens to the others."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Metrics (issue 9): every key of `leasectl metrics --json` computed right on a crafted history
+"""Metrics: every key of `leasectl metrics --json` computed right on a crafted history
 (window edges, the split by tool, model and provider), counters that never go backwards (scrapes,
 a fold, an exporter restart, pruning of folded history), the collector's cache, the database
 unreachable at scrape time (HTTP 200, leasectl_up 0), and bad input."""
@@ -418,7 +418,7 @@ def test_a_burst_of_scrapes_within_the_cache_costs_one_read(db):
     finally:
         running.stop()
     assert reads == 1 and running.collector.reads == 1
-    # the same values every time; only their age (leasectl_data_age_seconds, issue 23) grows
+    # the same values every time; only their age (leasectl_data_age_seconds) grows
     same = {"\n".join(line for line in page.splitlines() if not line.startswith("leasectl_data_age_seconds "))
             for page in pages}
     assert len(same) == 1

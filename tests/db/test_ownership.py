@@ -1,4 +1,4 @@
-"""One ownership answer (issue 24): `leasectl show --json` carries `ownership`, the stretches of the
+"""One ownership answer: `leasectl show --json` carries `ownership`, the stretches of the
 one replay (console/core/ownership.py), and at every instant of a history with claims, an expiry, a
 reclaim, a forced fence and a cancel it agrees with `leasectl audit owner`. The call detail draws
 the same stretches: a lease that ran out ends its stretch at its expiry, not at the later reclaim

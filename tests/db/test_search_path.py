@@ -1,5 +1,4 @@
-"""No function of the schema resolves a name through a login's temporary schema (issue 23;
-migration 0012).
+"""No function of the schema resolves a name through a login's temporary schema (migration 0012).
 
 PostgreSQL searches the session's temporary schema *first* for relations and types unless
 `search_path` names `pg_temp` explicitly, and any login may create temporary tables by default. A

@@ -1,4 +1,4 @@
-"""The console's session when its connections die under it (issue 23): a server restart, an
+"""The console's session when its connections die under it: a server restart, an
 administrator's pg_terminate_backend, a network cut. A dead connection is a lost connection
 (DatabaseUnavailable, never a raw driver error), is dropped, and is made again on the next use; an
 action whose connection died before the action was sent goes out once on a fresh connection, and
@@ -22,7 +22,7 @@ from tests.netproxy import DbProxy
 
 def cancel_queued(session: ConsoleSession, job_id: uuid.UUID) -> object:
     return session.act(lambda conn: actions.cancel(conn, job_id, seen_state="queued", seen_token=0,
-                                                   operator="alice", reason="issue 23"))
+                                                   operator="alice", reason="the server restarted"))
 
 
 @pytest.fixture

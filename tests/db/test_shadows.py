@@ -1,4 +1,4 @@
-"""Temporary objects cannot shadow what the database's rules read (issue 23; migration 0012).
+"""Temporary objects cannot shadow what the database's rules read (migration 0012).
 
 Every refusal the database makes -- each SQLSTATE of class LC raised in `migrations/`, the zero rows
 of row level security, the missing privileges -- is written down below as an attack a real login

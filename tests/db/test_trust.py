@@ -1,4 +1,4 @@
-"""Who may write what, enforced by the database for any SQL (issue 12, items 3 and 4; migration
+"""Who may write what, enforced by the database for any SQL (migration
 0005): real login roles attack the schema the way a rogue or buggy client would.
 
 Each login is a member of one leasectl group role, as a deployment would create them. Rows are

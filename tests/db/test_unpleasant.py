@@ -1,4 +1,4 @@
-"""The seed's unpleasant test, with real processes (seed 000, last paragraph).
+"""The unpleasant test of docs/seeds.md §000.18, with real processes.
 
 W1 claims and sends a request to the receiver; W1 is frozen (SIGSTOP) past its lease; W2 claims
 and does the work; W1 resumes. Its heartbeat and its result get nowhere, the receiver saw no

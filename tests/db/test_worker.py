@@ -219,7 +219,7 @@ def test_tool_failure_and_crash_before_any_side_effect(db, conn):
 
 
 def test_a_lock_wait_met_by_the_worker_is_journaled_with_its_cause(db):
-    """Seed 004: lock waits and heavy statements are told apart (details.cause), so that
+    """docs/seeds.md §004.4: lock waits and heavy statements are told apart (details.cause), so that
     leasectl_db_timeouts_total{cause} counts them apart."""
     from console.shared.config import SessionLimits
     from console.shared.errors import RowLocked

@@ -1,4 +1,4 @@
-"""Bulk actions in the console (issue 10): space marks, * marks every call the filter matches
+"""Bulk actions in the console: space marks, * marks every call the filter matches
 (all pages), one dialog with the blast radius and the count typed to confirm, a line per call,
 and afterwards only the calls not applied stay marked."""
 

@@ -1,4 +1,4 @@
-"""`at:` on the Calls and Triage screens (issue 13): every call as it was at an instant, rebuilt
+"""`at:` on the Calls and Triage screens: every call as it was at an instant, rebuilt
 from the history (not the current rows), the screen saying plainly that it shows the past, and
 no action taken on it."""
 

@@ -1,4 +1,4 @@
-"""The console's polish from the walk of issue 23, each through the real console on a real database:
+"""The console's polish from an attacker's walk, each through the real console on a real database:
 enter on a select chooses and moves on, an empty reason is said to be required, a bulk dialog over
 nothing asks for no count, toasts never cover a dialog's buttons, 80x24 keeps a dialog's title and
 the Calls heartbeat, a dialog's times tick, a `/` filter typed in one burst is kept whole, counts

@@ -1,4 +1,4 @@
-"""The operator's safety in the console (issue 12): hostile text on every screen, ordinary typing
+"""The operator's safety in the console: hostile text on every screen, ordinary typing
 that never changes data, one handler for every failed worker, a bounded payload, one filter
 grammar, and a read-only session that offers no action at all."""
 
@@ -280,7 +280,7 @@ async def test_triage_filters_with_the_grammar_and_shows_it(db):
         await settle(pilot, lambda: "outcome unknown" in drawn(app))
         await pilot.press("slash", *"tool:payment_capture", "enter")
         await settle(pilot, lambda: "filter tool:payment_capture" in drawn(app))
-        assert "3 of 3 shown" in drawn(app), "the false all-clear of issue 12 is gone"
+        assert "3 of 3 shown" in drawn(app), "the false all-clear is gone"
         assert str(e["id"])[:8] in drawn(app)
         await pilot.press("slash")
         await pilot.press("ctrl+u", *"flavour:x", "enter")

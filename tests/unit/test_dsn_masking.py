@@ -1,4 +1,4 @@
-"""No password in clear in a message (issue 23: "--dsn is given twice" printed both DSNs whole).
+"""No password in clear in a message ("--dsn is given twice" printed both DSNs whole).
 Every message that shows a connection string masks its password, and so do the errors libpq
 writes about a string it could not parse (they quote it)."""
 

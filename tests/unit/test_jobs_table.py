@@ -1,4 +1,4 @@
-"""`leasectl jobs`' table (issue 23): a 150-character tool name or owner once collapsed the id
+"""`leasectl jobs`' table: a 150-character tool name or owner once collapsed the id
 column for every operator. Whatever the other values' lengths, each call's id prefix is shown
 whole -- as many characters as tell the listed calls apart -- and long tool and owner cells are
 cut with an ellipsis."""

@@ -1,4 +1,4 @@
-"""Who wrote a row, in words and in verify's rules (issue 23): pure, no database. The database tests
+"""Who wrote a row, in words and in verify's rules: pure, no database. The database tests
 (tests/db/test_audit_db_role.py) hold them against real logins."""
 
 from __future__ import annotations

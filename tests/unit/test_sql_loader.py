@@ -46,7 +46,7 @@ def test_unterminated_quote_is_an_error():
         translate("select 'oops")
 
 
-# The public contract (DESIGN.md): file names and their exact parameters.
+# The public contract (docs/contract.md §4): file names and their exact parameters.
 CONTRACT = {
     "worker/enqueue": {"tool", "idempotency_key", "payload", "agent_id", "session_id", "deadline_at", "model", "provider"},
     "worker/claim": {"worker_id", "tools"},
@@ -61,7 +61,7 @@ CONTRACT = {
     "operator/request_cancel": {"job_id", "seen_state", "seen_token", "operator", "reason"},
     "operator/mark_terminal": {"job_id", "seen_state", "seen_token", "terminal_state", "operator", "reason", "force"},
     "operator/approve_retry": {"job_id", "seen_state", "seen_token", "operator", "reason"},
-    # fleet and shutdown (issue 5)
+    # fleet and shutdown
     "agent/register": {"agent_id", "parent_id", "kind"},
     "agent/heartbeat": {"agent_id"},
     "agent/confirm_terminated": {"agent_id"},

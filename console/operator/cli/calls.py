@@ -87,7 +87,7 @@ def jobs(
         raise BadInput(f"--limit {limit:,}: at most {TABLE_LIMIT:,} (only `--at ... --json` streams its rows, "
                        f"up to {STREAMED_LIMIT:,})")
     if at is not None:
-        from console.operator.cli.audit import jobs_as_of  # the auditor's past (issue 13)
+        from console.operator.cli.audit import jobs_as_of  # the auditor's past
 
         rows = jobs_as_of(dsn, at, chosen, limit, as_json=as_json)
         if rows is None:  # written as they were read

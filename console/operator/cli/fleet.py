@@ -1,4 +1,4 @@
-"""The fleet (seed 003): the agent tree, drain and abort of a subtree, reconciliation records, the
+"""The fleet (docs/seeds.md §003): the agent tree, drain and abort of a subtree, reconciliation records, the
 control plane."""
 
 from __future__ import annotations

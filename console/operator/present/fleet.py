@@ -1,4 +1,4 @@
-"""The fleet in words (seed 003): the agent tree, shutdowns, grants, a shutdown's blast radius and
+"""The fleet in words (docs/seeds.md §003): the agent tree, shutdowns, grants, a shutdown's blast radius and
 the reconciliation record, the same in `leasectl fleet`/`reconciliations` and on screens 4 and 5."""
 
 from __future__ import annotations

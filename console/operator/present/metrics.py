@@ -1,4 +1,4 @@
-"""The metrics in words (issue 9), for `leasectl metrics` and screen 7 alike: the columns, each
+"""The metrics in words, for `leasectl metrics` and screen 7 alike: the columns, each
 value's text and its colour of urgency (triage's colours: console.operator.present.words.STYLE).
 Every value that came from the database (a tool, model or provider name) passes `sanitize`."""
 

@@ -74,7 +74,7 @@ SHOTS = [
     Shot("small_approvals", ["3"], until="may already have happened", size=SMALL, title="Approvals at 80x24"),
     Shot("small_fleet", ["4"], until="ingest-1", size=SMALL, title="Fleet at 80x24"),
 ]
-# 7 Metrics (issue 9)
+# 7 Metrics
 SHOTS += [
     Shot("metrics", ["7"], until="stale writes/min",
          title="7 Metrics: the seeds' metrics by tool, and the last hour per minute"),
@@ -82,7 +82,7 @@ SHOTS += [
     Shot("small_metrics", ["7"], until="stale writes/min", size=SMALL, title="Metrics at 80x24"),
 ]
 
-# 6 Audit (issue 13)
+# 6 Audit
 AUDIT_ZOMBIE_THEN = [*list("job:b5c7e033"), "space", *list("at:2026-07-23T21:13:35Z")]
 SHOTS += [
     Shot("audit", ["6"], until="Events across every call",

@@ -1,4 +1,4 @@
-"""4 Fleet: the agent delegation tree and the shutdowns (seed 003).
+"""4 Fleet: the agent delegation tree and the shutdowns (docs/seeds.md §003).
 
 Each agent with its state, when it was last seen, its running and queued calls and the grants
 it still holds; the shutdowns under way with the time left in their window (by the database's

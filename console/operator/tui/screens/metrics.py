@@ -1,5 +1,5 @@
-"""7 Metrics: the seeds' minimum metrics by tool, model or provider (seed 000: split them, or a
-browser's timeouts drown in ordinary searches), and the last hour per minute (seed 004: what shows
+"""7 Metrics: the seeds' minimum metrics by tool, model or provider (docs/seeds.md §000.15: split them, or a
+browser's timeouts drown in ordinary searches), and the last hour per minute (docs/seeds.md §004.10: what shows
 a hang before the user does). `b` switches the grouping; `enter` opens the group's calls."""
 
 from __future__ import annotations

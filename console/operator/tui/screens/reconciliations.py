@@ -1,5 +1,5 @@
 """5 Reconciliations: what the control plane wrote, from outside, before it called a subtree
-terminated (seed 003). Newest first; opening one shows the unaccounted children first and
+terminated (docs/seeds.md §003). Newest first; opening one shows the unaccounted children first and
 loudly, then every in-flight call and how it resolved (`enter` opens the call), then the grants
 revoked vs. those that had already expired."""
 
