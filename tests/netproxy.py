@@ -8,11 +8,15 @@ import os
 import select
 import socket
 import threading
+import time
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 class DbProxy:
+    # how long a pump waits for bytes before it looks at the proxy's state again
+    _poll_seconds = 0.5
+
     def __init__(self, dsn: str) -> None:
         params = conninfo_to_dict(dsn)
         host = str(params.get("host") or "/var/run/postgresql")
@@ -29,6 +33,9 @@ class DbProxy:
         self.dsn = make_conninfo(dsn, host="127.0.0.1", port=str(self.port))
         self._cut = threading.Event()
         self._closed = threading.Event()
+        # when each client connection arrived (time.monotonic()), refused ones included: the times a
+        # client tried to reach the database, for the tests of reconnection
+        self.arrivals: list[float] = []
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept_loop, daemon=True, name="db-proxy").start()
@@ -58,8 +65,8 @@ class DbProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            if self._cut.is_set():
-                client.close()
+            self.arrivals.append(time.monotonic())
+            if self._turned_away(client):
                 continue
             family, address = self._target
             upstream = socket.socket(family, socket.SOCK_STREAM)
@@ -72,11 +79,25 @@ class DbProxy:
                 self._pairs.append((client, upstream))
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
 
+    # The two hooks below are where a proxy that fails in another way differs (test_outage.py's
+    # goes silent instead of refusing).
+
+    def _turned_away(self, client: socket.socket) -> bool:
+        """Whether a new connection ends here: while cut, it is refused."""
+        if self._cut.is_set():
+            client.close()
+            return True
+        return False
+
+    def _stalled(self, a: socket.socket, b: socket.socket) -> bool:
+        """Whether an open connection stops passing bytes (and is done with): never, here."""
+        return False
+
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         sockets = [a, b]
         try:
-            while True:
-                readable, _, _ = select.select(sockets, [], [], 0.5)
+            while not self._stalled(a, b):
+                readable, _, _ = select.select(sockets, [], [], self._poll_seconds)
                 if self._closed.is_set():
                     return
                 for s in readable:

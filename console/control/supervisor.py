@@ -1,6 +1,6 @@
 """The control plane: carries out fleet shutdowns and sweeps expired leases (`leasectl supervise`).
 
-A shutdown moves requested -> draining | aborting -> reconciling -> terminated (seed 003). Each
+A shutdown moves requested -> draining | aborting -> reconciling -> terminated (docs/seeds.md §003). Each
 step of one shutdown is one transaction holding that shutdown's row lock, so two supervisors never
 do the same step at once (the second skips it), and a supervisor killed mid-step leaves nothing
 half done: the next one re-reads the state and carries on. Everything a step decides comes from
@@ -16,11 +16,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
 
-from console.db.connect import Conn, connect, run, run_one
+from console.db.connect import Conn, run, run_one
+from console.db.lane import Lane
 from console.shared.config import SessionLimits
 from console.shared.errors import DatabaseUnavailable, LeasectlError
 from console.shared.text import counted
@@ -81,74 +83,136 @@ def advance(conn: Conn, shutdown_id: uuid.UUID, *, supervisor_id: str, report: T
 
 
 def _step(conn: Conn, s: dict[str, Any], supervisor_id: str, report: TickReport) -> bool:
-    """Do this phase's work; True when the shutdown moved to its next phase."""
-    sid, root, state = s["id"], s["root_agent_id"], s["state"]
-    label = f"shutdown {str(sid)[:8]} ({s['mode']} of {root})"
+    """Do this phase's work; True when the shutdown moved to its next phase. The protocol of
+    docs/seeds.md §003.2-§003.5, one phase per method: drain, abort, reconcile, terminate."""
+    shutdown = _Shutdown(conn, s, supervisor_id, report)
+    if shutdown.state == "requested":
+        return shutdown.begin()
+    shutdown.close_the_subtree()
+    if shutdown.state == "draining":
+        return shutdown.drain()
+    if shutdown.state == "aborting":
+        return shutdown.abort()
+    return shutdown.reconcile()
 
-    def note(text: str) -> None:
-        report.notes.append(f"{label}: {text}")
 
-    if state == "requested":
-        return _move(conn, s, "draining" if s["mode"] == "drain" else "aborting", note)
+class _Shutdown:
+    """One step of one shutdown, in the transaction that holds its row lock."""
 
-    # every phase first catches agents still running (a child registered at the last moment)
-    moved = run(conn, "supervisor/subtree_agents_to", root_agent_id=root,
-                state_to="aborting" if state == "aborting" else "draining")
-    if moved:
-        note(f"{counted(len(moved), 'agent')} now {moved[0]['state']}")
-    if state == "reconciling":
-        run(conn, "supervisor/subtree_agents_to", root_agent_id=root, state_to="reconciling")
+    def __init__(self, conn: Conn, row: dict[str, Any], supervisor_id: str, report: TickReport) -> None:
+        self.conn = conn
+        self.row = row
+        self.supervisor_id = supervisor_id
+        self.report = report
+        self.id, self.root, self.state = row["id"], row["root_agent_id"], row["state"]
+        self.window_over: bool = row["window_over"]
+        self.label = f"shutdown {str(self.id)[:8]} ({row['mode']} of {self.root})"
 
-    never = run(conn, "supervisor/subtree_cancel_queued", root_agent_id=root, shutdown_id=sid)
-    if never:
-        note(f"{counted(len(never), 'queued call')} cancelled before starting")
-    if state == "aborting":
-        asked = run(conn, "supervisor/subtree_request_cancel", root_agent_id=root, shutdown_id=sid)
+    def note(self, text: str) -> None:
+        self.report.notes.append(f"{self.label}: {text}")
+
+    def waits(self, text: str) -> bool:
+        """Nothing more to do this tick: say what the shutdown waits for."""
+        self.report.waiting.append(f"{self.label}: {text}")
+        return False
+
+    def move(self, state_to: str) -> bool:
+        return _move(self.conn, self.row, state_to, self.note)
+
+    # ------------------------------------------------------------------ the phases
+    def begin(self) -> bool:
+        """Out of `requested`: made by the control plane, never by the subtree (§003.3)."""
+        return self.move("draining" if self.row["mode"] == "drain" else "aborting")
+
+    def close_the_subtree(self) -> None:
+        """Every phase first: agents still running (a child registered at the last moment) join
+        the phase, and queued calls are cancelled before they start (§003.2)."""
+        moved = run(self.conn, "supervisor/subtree_agents_to", root_agent_id=self.root,
+                    state_to="aborting" if self.state == "aborting" else "draining")
+        if moved:
+            self.note(f"{counted(len(moved), 'agent')} now {moved[0]['state']}")
+        if self.state == "reconciling":
+            run(self.conn, "supervisor/subtree_agents_to", root_agent_id=self.root, state_to="reconciling")
+        never = run(self.conn, "supervisor/subtree_cancel_queued", root_agent_id=self.root, shutdown_id=self.id)
+        if never:
+            self.note(f"{counted(len(never), 'queued call')} cancelled before starting")
+
+    def drain(self) -> bool:
+        """Draining: running calls may finish within the window; what still runs after it is aborted."""
+        live = self.live_calls()
+        if live == 0:
+            return self.move("reconciling")
+        if self.window_over:
+            self.note(f"window over with {counted(live, 'call')} still running: aborting them")
+            return self.move("aborting")
+        return self.waits(f"draining, {counted(live, 'call')} may still finish within the window")
+
+    def abort(self) -> bool:
+        """Aborting: cancel requested of every running call, each to be confirmed by its worker;
+        once the window is over the unconfirmed ones are fenced out (§003.3)."""
+        asked = run(self.conn, "supervisor/subtree_request_cancel", root_agent_id=self.root, shutdown_id=self.id)
         if asked:
-            note(f"cancel requested of {counted(len(asked), 'running call')}; each must be confirmed by its worker")
-    if state == "reconciling" or (state == "aborting" and s["window_over"]):
-        fenced = run(conn, "supervisor/subtree_fence_unconfirmed", root_agent_id=root, shutdown_id=sid)
+            self.note(f"cancel requested of {counted(len(asked), 'running call')}; each must be confirmed by its "
+                      "worker")
+        if self.window_over:
+            self.fence_unconfirmed()
+        live = self.live_calls()
+        if live == 0:
+            return self.move("reconciling")
+        return self.waits(f"aborting, {counted(live, 'cancel')} not yet confirmed by their workers")
+
+    def reconcile(self) -> bool:
+        """Reconciling: the record is written only when nothing of the subtree can still change
+        (§003.5), then the subtree is terminated."""
+        self.fence_unconfirmed()
+        status = self.status()
+        live = _live(status)
+        if live:  # rows locked by someone else: the next tick finishes them
+            return self.waits(f"reconciling, {counted(live, 'call')} locked by another session")
+        if status["unconfirmed"] and not self.window_over:  # agents may still confirm within the window
+            return self.waits(f"reconciling, {status['unconfirmed']} of {counted(status['agents'], 'agent')} "
+                              "have not confirmed they stopped")
+        self.write_record()
+        return self.terminate()
+
+    def terminate(self) -> bool:
+        run(self.conn, "supervisor/subtree_agents_to", root_agent_id=self.root, state_to="terminated")
+        return self.move("terminated")
+
+    # ------------------------------------------------------------------ their parts
+    def fence_unconfirmed(self) -> None:
+        fenced = run(self.conn, "supervisor/subtree_fence_unconfirmed", root_agent_id=self.root, shutdown_id=self.id)
         unknown = sum(1 for f in fenced if f["state_to"] == "outcome_unknown")
         if fenced:
-            note(f"window over: {counted(len(fenced) - unknown, 'unconfirmed call')} fenced and cancelled"
-                 + (f", {unknown} outcome unknown (approvals)" if unknown else ""))
+            self.note(f"window over: {counted(len(fenced) - unknown, 'unconfirmed call')} fenced and cancelled"
+                      + (f", {unknown} outcome unknown (approvals)" if unknown else ""))
 
-    status = run_one(conn, "supervisor/subtree_status", root_agent_id=root)
-    assert status is not None
-    live = status["queued"] + status["running"] + status["cancel_requested"]
-    if state == "draining":
-        if live == 0:
-            return _move(conn, s, "reconciling", note)
-        if s["window_over"]:
-            note(f"window over with {counted(live, 'call')} still running: aborting them")
-            return _move(conn, s, "aborting", note)
-        report.waiting.append(f"{label}: draining, {counted(live, 'call')} may still finish within the window")
-        return False
-    if state == "aborting":
-        if live == 0:
-            return _move(conn, s, "reconciling", note)
-        report.waiting.append(f"{label}: aborting, {counted(live, 'cancel')} not yet confirmed by their workers")
-        return False
-
-    # reconciling: the record is written only when nothing of the subtree can still change
-    if live:  # rows locked by someone else: the next tick finishes them
-        report.waiting.append(f"{label}: reconciling, {counted(live, 'call')} locked by another session")
-        return False
-    if status["unconfirmed"] and not s["window_over"]:  # agents may still confirm within the window
-        report.waiting.append(f"{label}: reconciling, {status['unconfirmed']} of {counted(status['agents'], 'agent')} "
-                              "have not confirmed they stopped")
-        return False
-    revoked = run(conn, "supervisor/subtree_revoke_grants", root_agent_id=root)
-    record = run_one(conn, "supervisor/write_reconciliation", shutdown_id=sid, written_by=supervisor_id)
-    if record is not None:
-        report.records.append(record["id"])
+    def write_record(self) -> None:
+        """Grants revoked, then the reconciliation record, written by the control plane (§003.5)."""
+        revoked = run(self.conn, "supervisor/subtree_revoke_grants", root_agent_id=self.root)
+        record = run_one(self.conn, "supervisor/write_reconciliation", shutdown_id=self.id,
+                         written_by=self.supervisor_id)
+        if record is None:
+            return
+        self.report.records.append(record["id"])
         unaccounted = len(record["children_unaccounted"])
         children = (f"{counted(unaccounted, 'agent')} UNACCOUNTED" if unaccounted
                     else f"all {counted(len(record['children_confirmed']), 'agent')} confirmed")
-        note(f"reconciled: {counted(len(record['in_flight']), 'call')}, {counted(len(revoked), 'grant')} revoked, "
-             f"{len(record['grants_expired'])} expired; {children}")
-    run(conn, "supervisor/subtree_agents_to", root_agent_id=root, state_to="terminated")
-    return _move(conn, s, "terminated", note)
+        self.note(f"reconciled: {counted(len(record['in_flight']), 'call')}, {counted(len(revoked), 'grant')} "
+                  f"revoked, {len(record['grants_expired'])} expired; {children}")
+
+    def status(self) -> dict[str, Any]:
+        status = run_one(self.conn, "supervisor/subtree_status", root_agent_id=self.root)
+        assert status is not None
+        return status
+
+    def live_calls(self) -> int:
+        return _live(self.status())
+
+
+def _live(status: dict[str, Any]) -> int:
+    """Calls of the subtree that can still change: queued, running, or waiting for a cancel."""
+    return int(status["queued"] + status["running"] + status["cancel_requested"])
 
 
 def _move(conn: Conn, s: dict[str, Any], state_to: str, note: Callable[[str], None]) -> bool:
@@ -170,51 +234,61 @@ class Supervisor:
         self.interval = interval
         self.sweep_interval = sweep_interval
         self.on_report = on_report
+        # one connection for the steps, one that LISTENs for fleet changes, each a lane
+        # (console.db.lane: made again after a loss, with the one backoff)
+        self._steps = self._lane("leasectl-supervisor")
+        self._wakeups = self._lane("leasectl-supervisor-listen", setup=_listen_fleet)
+        self._last_sweep = 0.0
+
+    def _lane(self, application_name: str, setup: Callable[[Conn], object] | None = None) -> Lane:
+        return Lane(self.dsn, limits=SUPERVISOR_LIMITS, application_name=application_name, setup=setup)
 
     def once(self) -> TickReport:
-        with connect(self.dsn, limits=SUPERVISOR_LIMITS, application_name="leasectl-supervisor") as conn:
-            return tick(conn, supervisor_id=self.supervisor_id)
-
-    def _connect_pair(self) -> tuple[Conn, Conn]:
-        conn = connect(self.dsn, limits=SUPERVISOR_LIMITS, application_name="leasectl-supervisor")
+        lane = self._lane("leasectl-supervisor")
         try:
-            listener = connect(self.dsn, limits=SUPERVISOR_LIMITS, application_name="leasectl-supervisor-listen")
-        except BaseException:
-            conn.close()
-            raise
-        return conn, listener
+            return lane.run(partial(tick, supervisor_id=self.supervisor_id))
+        finally:
+            lane.close()
 
     def run(self, stop: threading.Event) -> None:
-        backoff = 0.5
-        last_sweep = 0.0
-        while not stop.is_set():
-            try:
-                conn, listener = self._connect_pair()
-            except DatabaseUnavailable as exc:
-                log.warning("supervisor: %s; retrying in %.1fs", exc, backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
-                continue
-            try:
-                run(listener, "meta/listen_fleet")
-                backoff = 0.5
-                while not stop.is_set():
-                    sweep = time.monotonic() - last_sweep >= self.sweep_interval
-                    report = tick(conn, supervisor_id=self.supervisor_id, sweep=sweep)
-                    if sweep:
-                        last_sweep = time.monotonic()
-                    if self.on_report and (report.notes or report.failures):
-                        self.on_report(report)
-                    # a requested shutdown (or any fleet change) wakes us before the interval
-                    for _ in listener.notifies(timeout=self.interval, stop_after=1):
-                        pass
-            except Exception as exc:  # noqa: BLE001 - leasectl's errors or a dropped connection's
-                log.warning("supervisor lost its connection: %s; reconnecting", exc)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
-            finally:
-                for c in (conn, listener):
-                    try:
-                        c.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+        """Tick until `stop`. A connection lost (or any other failure of a tick) is made again after
+        the lanes' backoff; a connection string that cannot work is the caller's to hear."""
+        try:
+            while not stop.is_set():
+                try:  # a malformed connection string (BadInput) is not retried: the caller hears it
+                    self._steps.connect()
+                    self._wakeups.connect()
+                except DatabaseUnavailable as exc:
+                    self._wait(stop, exc)
+                    continue
+                try:
+                    self._tick_until(stop)
+                except Exception as exc:  # noqa: BLE001 - leasectl's errors or a dropped connection's
+                    if not isinstance(exc, DatabaseUnavailable):  # a loss is counted by its lane
+                        self._steps.drop(failure=exc)
+                    self._wait(stop, exc)
+        finally:
+            self._steps.close()
+            self._wakeups.close()
+
+    def _wait(self, stop: threading.Event, exc: Exception) -> None:
+        retry_in = max(self._steps.retry_in() or 0.0, self._wakeups.retry_in() or 0.0)
+        log.warning("supervisor: %s; reconnecting in %.1f s", exc, retry_in)
+        stop.wait(retry_in)
+
+    def _tick_until(self, stop: threading.Event) -> None:
+        with self._wakeups.use() as listener:
+            while not stop.is_set():
+                sweep = time.monotonic() - self._last_sweep >= self.sweep_interval
+                report = self._steps.run(partial(tick, supervisor_id=self.supervisor_id, sweep=sweep))
+                if sweep:
+                    self._last_sweep = time.monotonic()
+                if self.on_report and (report.notes or report.failures):
+                    self.on_report(report)
+                # a requested shutdown (or any fleet change) wakes us before the interval
+                for _ in listener.notifies(timeout=self.interval, stop_after=1):
+                    pass
+
+
+def _listen_fleet(conn: Conn) -> None:
+    run(conn, "meta/listen_fleet")

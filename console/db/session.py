@@ -1,5 +1,6 @@
-"""The console's own session: separate connections for reads, actions and LISTEN, each with
-our limits; reconnection after a failure; read-only mode enforced in the database."""
+"""The console's own session: separate connections for reads, actions and LISTEN, each a lane
+(console.db.lane: our limits, made again after a loss, one backoff); read-only mode enforced in
+the database."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import psycopg
-
 from console.core.models import DbInfo
-from console.db.connect import Conn, connect, ping, run, translate_error
+from console.db.connect import Conn, run
+from console.db.lane import Lane
 from console.db.migrate import check_compatible
 from console.db.reads import db_info
 from console.shared.config import CONSOLE_LIMITS, SessionLimits
-from console.shared.errors import DatabaseUnavailable, LeasectlError, ReadOnlySession
+from console.shared.errors import DatabaseUnavailable, ReadOnlySession
 
 T = TypeVar("T")
 log = logging.getLogger("leasectl.session")
+
+
+def _subscribe(conn: Conn) -> None:
+    run(conn, "meta/listen")
+    run(conn, "meta/listen_fleet")  # shutdowns, agents' states, grants
 
 
 class ConsoleSession:
@@ -35,23 +40,15 @@ class ConsoleSession:
         self.limits = limits
         self.info: DbInfo | None = None
         self.read_only_reason: str | None = "started with --read-only" if read_only else None
-        self._read: Conn | None = None
-        self._act: Conn | None = None
-        self._read_lock = threading.Lock()
-        self._act_lock = threading.Lock()
+        # three connections, so that a slow read never holds up an action, and LISTEN has one
+        # of its own; reads show the database's clock as the pictures pin it, when asked
+        self.read_lane = Lane(dsn, limits=limits, read_only=read_only, setup=self._display_clock)
+        self.action_lane = Lane(dsn, limits=limits, read_only=read_only)
+        self.listen_lane = Lane(dsn, limits=limits, application_name="leasectl-listen", setup=_subscribe)
 
-    # ------------------------------------------------------------------ connections
-    def _connect(self, *, for_actions: bool = False) -> Conn:
-        conn = connect(self.dsn, limits=self.limits, read_only=self.read_only_requested)
-        try:
-            if self.read_only_requested:
-                run(conn, "meta/assume_auditor")
-            if self.clock is not None and not for_actions:
-                run(conn, "meta/display_clock", clock=self.clock)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    def _display_clock(self, conn: Conn) -> None:
+        if self.clock is not None:
+            run(conn, "meta/display_clock", clock=self.clock)
 
     def open(self) -> DbInfo:
         """Connect, check the schema, and learn whether this session may act at all."""
@@ -82,118 +79,49 @@ class ConsoleSession:
         return self.info.database if self.info else "?"
 
     def read(self, fn: Callable[[Conn], T]) -> T:
-        """Run a read (fn must change nothing: it may run twice). A connection that died while idle
-        -- a server restart, pg_terminate_backend -- is found dead only when used: the read then
-        runs once more on a fresh connection, so that a database that is back is not reported
-        unreachable. A fresh connection that fails is an outage: DatabaseUnavailable."""
-        with self._read_lock:
-            reused = self._usable(self._read)
-            try:
-                return self._use("_read", fn, for_actions=False)
-            except DatabaseUnavailable as exc:
-                if not reused:
-                    raise
-                log.info("the read connection was dead (%s); reading again on a fresh one", exc)
-                return self._use("_read", fn, for_actions=False)
+        """Run a read (fn must change nothing: it may run twice, Lane.read says when)."""
+        return self.read_lane.read(fn)
 
     def act(self, fn: Callable[[Conn], T]) -> T:
-        """Run an action. It is never sent twice: a connection that is reused is first asked
-        whether it is alive (meta/ping, one round trip) and made again if not -- nothing of the
-        action has left yet, so that is the one retry. If the connection dies once the action was
-        sent, the action's own transaction says whether it cannot have committed
-        (DatabaseUnavailable: nothing applied) or may have (OutcomeUnknown: look at the journal)."""
+        """Run an action, never sent twice (Lane.act says how)."""
         if self.read_only_reason:
             raise ReadOnlySession(f"refused: this console is read-only ({self.read_only_reason})")
-        with self._act_lock:
-            conn = self._act
-            if conn is not None and self._usable(conn):
-                try:
-                    ping(conn)
-                except DatabaseUnavailable as exc:
-                    log.info("the action connection was dead (%s); the action goes on a fresh one", exc)
-                    self._drop("_act")
-            return self._use("_act", fn, for_actions=True)
-
-    @staticmethod
-    def _usable(conn: Conn | None) -> bool:
-        return conn is not None and not conn.closed and not conn.broken
-
-    def _use(self, attr: str, fn: Callable[[Conn], T], *, for_actions: bool) -> T:
-        """Run fn on that connection (made again if it is gone); drop it when the database went
-        away. A driver error from outside `run` (a transaction's BEGIN or COMMIT) that says the
-        connection was lost is translated here: whoever called sees DatabaseUnavailable, never
-        psycopg's AdminShutdown or "server closed the connection"."""
-        conn = getattr(self, attr)
-        if not self._usable(conn):
-            conn = self._connect(for_actions=for_actions)
-            setattr(self, attr, conn)
-        try:
-            return fn(conn)
-        except DatabaseUnavailable:
-            self._drop(attr)
-            raise
-        except psycopg.Error as exc:
-            error = translate_error(exc, "the console")
-            if isinstance(error, DatabaseUnavailable) or not self._usable(conn):
-                self._drop(attr)
-            if isinstance(error, DatabaseUnavailable):
-                raise error from exc
-            raise  # any other driver error is a bug of ours: it stays what it is
-
-    def _drop(self, attr: str) -> None:
-        conn = getattr(self, attr)
-        setattr(self, attr, None)
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - it is already broken
-                pass
+        return self.action_lane.act(fn)
 
     def close(self) -> None:
-        with self._read_lock:
-            self._drop("_read")
-        with self._act_lock:
-            self._drop("_act")
+        self.read_lane.close()
+        self.action_lane.close()
 
     # ------------------------------------------------------------------ LISTEN/NOTIFY
     def listen(self, on_change: Callable[[dict[str, Any]], None], stop: threading.Event,
                on_state: Callable[[bool], None] | None = None) -> None:
         """Block, calling on_change for each state/owner change notified, until `stop`. Reconnects
-        with backoff; on_state(False/True) reports the listener losing/regaining its connection.
-        The caller keeps polling either way: NOTIFY only wakes the poll early."""
-        backoff = 0.5
-        while not stop.is_set():
-            try:
-                conn = connect(self.dsn, limits=self.limits, application_name="leasectl-listen")
-            except LeasectlError:
-                if on_state:
-                    on_state(False)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            try:
-                run(conn, "meta/listen")
-                run(conn, "meta/listen_fleet")  # shutdowns, agents' states, grants
-                if on_state:
-                    on_state(True)
-                backoff = 0.5
-                while not stop.is_set():
-                    for note in conn.notifies(timeout=0.5, stop_after=64):
-                        try:
-                            payload = json.loads(note.payload)
-                        except ValueError:
-                            payload = {}
-                        on_change(payload)
-            except Exception as exc:  # noqa: BLE001 - any failure: reconnect
-                log.info("listener lost its connection: %s", exc)
-                if on_state:
-                    on_state(False)
-                stop.wait(backoff)
-            finally:
+        after the lane's backoff; on_state(False/True) reports the listener losing/regaining its
+        connection. The caller keeps polling either way: NOTIFY only wakes the poll early."""
+        try:
+            while not stop.is_set():
                 try:
-                    conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
+                    with self.listen_lane.use() as conn:
+                        if on_state:
+                            on_state(True)
+                        _relay(conn, on_change, stop)
+                except Exception as exc:  # noqa: BLE001 - any failure: reconnect
+                    log.info("listener lost its connection: %s", exc)
+                    if not isinstance(exc, DatabaseUnavailable):  # a loss is counted by the lane itself
+                        self.listen_lane.drop(failure=exc)
+                    if on_state:
+                        on_state(False)
+                    self.listen_lane.pause(stop)
+        finally:
+            self.listen_lane.close()
 
 
-
+def _relay(conn: Conn, on_change: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
+    """Hand each notification's payload to on_change until `stop` (or the connection fails)."""
+    while not stop.is_set():
+        for note in conn.notifies(timeout=0.5, stop_after=64):
+            try:
+                payload = json.loads(note.payload)
+            except ValueError:
+                payload = {}
+            on_change(payload)

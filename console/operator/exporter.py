@@ -38,16 +38,15 @@ from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-import psycopg
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from console.core.metrics import Scrape, TotalRow
 from console.db import metrics
-from console.db.connect import Conn, connect, ping, run, translate_error
-from console.db.migrate import check_compatible
+from console.db.connect import ping
+from console.db.lane import Lane
 from console.shared.config import METRICS_CACHE_SECONDS, METRICS_LISTEN
-from console.shared.errors import BadInput, DatabaseUnavailable, LeasectlError, PermissionDenied, ReadOnlySession
+from console.shared.errors import BadInput, LeasectlError, PermissionDenied, ReadOnlySession
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.exporter")
@@ -110,63 +109,11 @@ def parse_listen(text: str) -> tuple[str, int]:
 # ----------------------------------------------------------------------------- the database side
 
 
-class Database:
-    """The exporter's own session (leasectl's limits, application_name leasectl-exporter), made
-    again after a failure. One for reads; the folder thread has another."""
-
-    def __init__(self, dsn: str, *, read_only: bool = False, application_name: str = "leasectl-exporter") -> None:
-        self.dsn = dsn
-        self.read_only = read_only
-        self.application_name = application_name
-        self._conn: Conn | None = None
-        self._lock = threading.Lock()
-
-    def use(self, fn: Callable[[Conn], Any], *, idempotent: bool = False) -> Any:
-        """fn on the connection (made again if it is gone). With `idempotent` (a read), a
-        connection that was reused and turns out dead -- a server restart or pg_terminate_backend
-        while it sat idle -- is made again and fn runs once more: a database that answers a fresh
-        connection is up, whatever happened to the old one."""
-        with self._lock:
-            reused = self._conn is not None and not self._conn.closed and not self._conn.broken
-            try:
-                return self._run(fn)
-            except DatabaseUnavailable as exc:
-                if not (idempotent and reused):
-                    raise
-                log.info("the exporter's connection was dead (%s); reading again on a fresh one", sanitize(str(exc)))
-                return self._run(fn)
-
-    def _run(self, fn: Callable[[Conn], Any]) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            conn = connect(self.dsn, read_only=self.read_only, application_name=self.application_name)
-            try:
-                if self.read_only:
-                    run(conn, "meta/assume_auditor")
-                check_compatible(conn)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        try:
-            return fn(self._conn)
-        except LeasectlError:
-            self._drop()
-            raise
-        except psycopg.Error as exc:  # a transaction's BEGIN or COMMIT on a connection that broke
-            self._drop()
-            raise translate_error(exc, "the metrics read") from exc
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - already broken
-                pass
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
+def exporter_lane(dsn: str, *, read_only: bool = False, application_name: str = "leasectl-exporter") -> Lane:
+    """The exporter's own session (leasectl's limits, application_name leasectl-exporter; the
+    schema checked on every connection), made again after a loss (console.db.lane). One for reads;
+    the folder thread has another."""
+    return Lane(dsn, application_name=application_name, read_only=read_only, check_schema=True)
 
 
 # ----------------------------------------------------------------------------- the collector
@@ -388,7 +335,7 @@ class Folder(threading.Thread):
     0008). A session that may not fold (read-only, the auditor) is told once; the counters stay
     right, a scrape only reads a longer tail."""
 
-    def __init__(self, db: Database, stop: threading.Event, *, every: float = FOLD_EVERY_SECONDS,
+    def __init__(self, db: Lane, stop: threading.Event, *, every: float = FOLD_EVERY_SECONDS,
                  lag: float = FOLD_LAG_SECONDS) -> None:
         super().__init__(name="leasectl-fold", daemon=True)
         self.db = db
@@ -400,7 +347,7 @@ class Folder(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                self.db.use(lambda conn: metrics.fold(conn, lag_seconds=self.lag))
+                self.db.run(lambda conn: metrics.fold(conn, lag_seconds=self.lag))
                 self.folds += 1
             except (ReadOnlySession, PermissionDenied) as exc:
                 log.warning("this session may not fold the metric totals (%s); scrapes read the whole tail "
@@ -570,7 +517,7 @@ class Exporter:
     folder: Folder | None
     stop_event: threading.Event
     threads: list[threading.Thread]
-    databases: list[Database]
+    lanes: list[Lane]
 
     @property
     def address(self) -> tuple[str, int]:
@@ -586,17 +533,19 @@ class Exporter:
         self.stop_event.set()
         self.server.shutdown()
         self.server.server_close()
-        for db in self.databases:
-            db.close()
+        for lane in self.lanes:
+            lane.close()
 
 
 def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, cache_seconds: float = CACHE_SECONDS,
           fold_every: float | None = FOLD_EVERY_SECONDS, fold_lag: float = FOLD_LAG_SECONDS) -> Exporter:
     """Listen on HOST:PORT and serve /metrics; `fold_every=None` leaves the rollup alone."""
     host, port = parse_listen(listen)
-    reads = Database(dsn, read_only=read_only)
-    collector = LeasectlCollector(lambda: reads.use(metrics.scrape, idempotent=True),
-                                  alive=lambda: reads.use(ping, idempotent=True), cache_seconds=cache_seconds)
+    reads = exporter_lane(dsn, read_only=read_only)
+    # reads: a connection killed while idle (a server restart) is made again and read once more
+    # (Lane.read), so a database that answers is never reported down
+    collector = LeasectlCollector(lambda: reads.read(metrics.scrape), alive=lambda: reads.read(ping),
+                                  cache_seconds=cache_seconds)
     registry = make_registry(collector)
 
     class Server(ParkingWSGIServer):
@@ -612,11 +561,11 @@ def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, ca
     stop = threading.Event()
     serving = threading.Thread(target=server.serve_forever, name="leasectl-exporter", daemon=True)
     serving.start()
-    databases = [reads]
+    lanes = [reads]
     folder = None
     if fold_every is not None:
-        folds = Database(dsn, read_only=read_only, application_name="leasectl-exporter-fold")
-        databases.append(folds)
+        folds = exporter_lane(dsn, read_only=read_only, application_name="leasectl-exporter-fold")
+        lanes.append(folds)
         folder = Folder(folds, stop, every=fold_every, lag=fold_lag)
         folder.start()
-    return Exporter(server, collector, folder, stop, [serving, *([folder] if folder else [])], databases)
+    return Exporter(server, collector, folder, stop, [serving, *([folder] if folder else [])], lanes)

@@ -107,9 +107,6 @@ class CallOutcome:
     next_call: Claimed | None = None
 
 
-# the former name, for console/worker/runner.py until it says CallOutcome
-Outcome = CallOutcome
-
 
 class PreconditionLapsed(Exception):
     """A write's precondition no longer held once the shared connection was free: not sent."""

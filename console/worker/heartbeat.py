@@ -12,12 +12,13 @@ is due; taking up or dropping a call wakes it only when the new lease is due bef
 Verdicts. A lease missing from the answer is lost: that call alone learns it (lost), logs and
 journals heartbeat_lost, and is dropped from the schedule; the others carry on. A cancel request
 in the answer is the call's alone too. A statement that fails (the database is gone, a lock wait,
-a statement timeout) confirms nothing: every lease in it counts a failure and is retried within
-half a second. After a lock wait, one probe that waits for no lock (worker/heartbeat_locked.sql,
-SKIP LOCKED) finds the rows another transaction holds; every other lease is renewed at once in
-one statement, and the held ones count a failure (journaled with the cause) and are probed
-again, never waited for, at their next beats: only the call whose row is locked can run out of
-lease, not the whole process.
+a statement timeout) confirms nothing: every lease in it counts a failure and is retried soon --
+within half a second after a lock wait or a timeout, when the heartbeat's lane tries again after
+a lost connection (console.db.lane: jittered, and never later than H). After a lock wait, one
+probe that waits for no lock (worker/heartbeat_locked.sql, SKIP LOCKED) finds the rows another
+transaction holds; every other lease is renewed at once in one statement, and the held ones count
+a failure (journaled with the cause) and are probed again, never waited for, at their next beats:
+only the call whose row is locked can run out of lease, not the whole process.
 A lease is never renewed after its call stopped: a renewal in flight when the call ends gives no
 verdict to it.
 """
@@ -33,6 +34,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from console.db.connect import Row
+from console.db.lane import LaneBusy
 from console.shared.errors import LeasectlError, RowLocked
 from console.worker import statements
 
@@ -103,8 +105,16 @@ class Heartbeat:
         self.worker._renewals.remove(self)
 
     def schedule_next(self) -> None:
-        # after a failure, retry sooner: the lease is running out while we cannot reach it
-        self.next_beat = time.monotonic() + (self.interval if self.failures == 0 else min(self.interval, 0.5))
+        """After a failure, retry sooner: the lease is running out while we cannot reach it. A lock
+        wait or a timeout (the connection is sound) is retried within half a second; a lost
+        connection when the heartbeat's lane tries again (the one jittered backoff), but never
+        later than one period H: the lease was sized for a beat every H (docs/seeds.md §000.8)."""
+        if self.failures == 0:
+            wait = self.interval
+        else:
+            reconnect = self.worker._hb.retry_in()
+            wait = min(self.interval, 0.5 if reconnect is None else reconnect)
+        self.next_beat = time.monotonic() + wait
 
     def beat(self, wait: float | None = None, *, scheduled: bool = False) -> bool | None:
         """One renewal now. True: renewed; False: lost (missing from the answer); None: no answer
@@ -286,21 +296,19 @@ class Renewals:
         if not probed and any(lease.suspect for lease in batch):
             # a row found locked before: leave out whatever is still locked, without waiting for it
             return self._around_locks(batch, scheduled=scheduled, wait=wait, error=None)
-        if not worker._hb_lock.acquire(timeout=-1 if wait is None else wait):
-            return [None] * len(batch)
         answer: list[Row] | None = None
         error: LeasectlError | None = None
+        sent = time.monotonic()
         try:
-            sent = time.monotonic()
-            try:
-                answer = statements.rows(worker._heartbeat_conn(), "worker/heartbeat_many",
+            with worker._hb.use(wait=wait) as conn:
+                sent = time.monotonic()
+                answer = statements.rows(conn, "worker/heartbeat_many",
                                          job_ids=[lease.call.id for lease in batch], worker_id=worker.worker_id,
                                          fencing_tokens=[lease.call.fencing_token for lease in batch])
-            except LeasectlError as exc:
-                error = exc
-                worker._drop_heartbeat_conn()
-        finally:
-            worker._hb_lock.release()
+        except LaneBusy:
+            return [None] * len(batch)
+        except LeasectlError as exc:  # a lost connection is dropped by the lane, a lock wait leaves it sound
+            error = exc
         if error is not None:
             if isinstance(error, RowLocked) and not probed:
                 # one locked row must not hold back every lease of the process
@@ -317,12 +325,10 @@ class Renewals:
         call whose row is locked can run out of lease: the others never wait behind it."""
         worker = self.worker
         try:
-            with worker._hb_lock:
-                locked_ids = {row["id"] for row in statements.rows(
-                    worker._heartbeat_conn(), "worker/heartbeat_locked",
-                    job_ids=[lease.call.id for lease in batch], worker_id=worker.worker_id)}
+            locked_ids = {row["id"] for row in worker._hb.run(lambda conn: statements.rows(
+                conn, "worker/heartbeat_locked", job_ids=[lease.call.id for lease in batch],
+                worker_id=worker.worker_id))}
         except LeasectlError as exc:
-            worker._drop_heartbeat_conn()
             self._failed(batch, exc)
             return [None] * len(batch)
         free = [lease for lease in batch if lease.call.id not in locked_ids]

@@ -1,4 +1,4 @@
-"""The reference worker: the lease protocol of seed 000 and the side-effect rules of seed 004.
+"""The reference worker: the lease protocol of docs/seeds.md §000 and the side-effect rules of docs/seeds.md §004.
 
 Usable by any Python program::
 
@@ -37,7 +37,7 @@ Threads, not asyncio, because the handler API is synchronous and stays so: a han
 blocking HTTP client, an SDK or a subprocess, and `ctx.sleep`, `ctx.start_side_effect` block.
 Under asyncio one handler that blocks (a sync client, a native library stuck on a socket, a
 CPU-bound parse) would stop the event loop and with it the heartbeat of every other call in the
-process -- exactly the failure seed 000 warns about ("do not run the heartbeat in the thread
+process -- exactly the failure docs/seeds.md §000 warns about ("do not run the heartbeat in the thread
 running the tool"). A thread that blocks stops only its own call; the heartbeat thread renews
 the others, and its answers reach each call through the call's own lease object. A thread that
 waits (I/O, ctx.sleep) costs no CPU and holds no GIL; its stack is reserved, not used (a few tens
@@ -60,7 +60,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from console.db.connect import Conn, connect
+from console.db.connect import Conn
+from console.db.lane import Lane
 from console.shared.config import WORKER_LIMITS, SessionLimits
 from console.shared.errors import (
     DatabaseUnavailable,
@@ -72,13 +73,13 @@ from console.shared.errors import (
 )
 from console.worker import statements
 from console.worker.calls import (
+    CallOutcome,
     CancelRequested,
     Claimed,
     ClaimedCall,
     DeadlinePassed,
     Handler,
     LeaseLost,
-    Outcome,
     OwnershipUnknown,
     PreconditionLapsed,
     ToolFailed,
@@ -91,7 +92,7 @@ log = logging.getLogger("leasectl.worker")
 
 __all__ = [
     "CallContext", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat", "LeaseLost",
-    "Outcome", "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
+    "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
 ]
 
 
@@ -147,7 +148,7 @@ class _Chain:
         self.reserved = True
         return True
 
-    def settle(self, outcome: Outcome | None) -> None:
+    def settle(self, outcome: CallOutcome | None) -> None:
         if self.reserved and (outcome is None or outcome.next_call is None):
             self.budget.release()
         self.reserved = False
@@ -168,10 +169,10 @@ class Worker:
     partitioned: threading.Event = field(default_factory=threading.Event)
     # calls in flight at once in this process (one thread each); connections stay two
     concurrency: int = 1
-    _main: Conn | None = field(default=None, init=False, repr=False)
-    _hb: Conn | None = field(default=None, init=False, repr=False)
-    _main_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _hb_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # the two connections (console.db.lane: each made again after a loss, with the one backoff);
+    # the heartbeat's is its own, so that no claim or write, however slow, holds up a renewal
+    _main: Lane = field(init=False, repr=False)
+    _hb: Lane = field(init=False, repr=False)
     _events_lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _pending_events: list[tuple[ClaimedCall, str, dict[str, Any]]] = field(
         default_factory=list, init=False, repr=False)
@@ -181,7 +182,6 @@ class Worker:
     _busy: int = field(default=0, init=False, repr=False)
     _done: int = field(default=0, init=False, repr=False)
     _fatal: BaseException | None = field(default=None, init=False, repr=False)
-    _backoff: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tools is None and isinstance(self.handlers, Mapping):
@@ -189,6 +189,10 @@ class Worker:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {self.concurrency}")
         self._renewals = Renewals(self)
+        # the DSN is read at each connection: a worker pointed elsewhere reconnects there
+        self._main = Lane(lambda: self.dsn, limits=self.limits, application_name=f"leasectl-worker:{self.worker_id}")
+        self._hb = Lane(lambda: self.dsn, limits=self.limits,
+                        application_name=f"leasectl-worker:{self.worker_id}:heartbeat")
 
     @property
     def renewal_stats(self) -> RenewalStats:
@@ -199,53 +203,25 @@ class Worker:
     # --------------------------------------------------------------- connections
     def connect(self) -> None:
         """Open both connections now (they are otherwise opened when first needed)."""
-        with self._main_lock:
-            self._main_conn()
-        with self._hb_lock:
-            self._heartbeat_conn()
-
-    def _main_conn(self) -> Conn:
-        if self._main is None or self._main.closed or self._main.broken:
-            self._main = connect(self.dsn, limits=self.limits,
-                                 application_name=f"leasectl-worker:{self.worker_id}")
-        return self._main
-
-    def _drop_main_conn(self) -> None:
-        main, self._main = self._main, None
-        if main is not None:
-            main.close()
-
-    def _heartbeat_conn(self) -> Conn:
-        if self._hb is None or self._hb.closed or self._hb.broken:
-            self._hb = connect(self.dsn, limits=self.limits,
-                               application_name=f"leasectl-worker:{self.worker_id}:heartbeat")
-        return self._hb
-
-    def _drop_heartbeat_conn(self) -> None:
-        hb, self._hb = self._hb, None
-        if hb is not None:
-            hb.close()
+        self._main.connect()
+        self._hb.connect()
 
     def close(self) -> None:
         self._renewals.close()
-        with self._main_lock:
-            self._drop_main_conn()
-        with self._hb_lock:
-            self._drop_heartbeat_conn()
+        self._main.close()
+        self._hb.close()
 
     def _write(self, name: str, *, only_if: Callable[[], bool] | None = None,
                **params: Any) -> dict[str, Any] | None:
         """One statement on the claim connection, which the calls of this process share. `only_if`
         is asked once the connection is ours, right before sending: the wait for it (other calls'
         statements, up to their lock timeout) can outlast what the caller checked before it."""
-        with self._main_lock:
+        def send(conn: Conn) -> dict[str, Any] | None:
             if only_if is not None and not only_if():
                 raise PreconditionLapsed(name)
-            try:
-                return statements.first(self._main_conn(), name, **params)
-            except DatabaseUnavailable:
-                self._drop_main_conn()
-                raise
+            return statements.first(conn, name, **params)
+
+        return self._main.run(send)
 
     # --------------------------------------------------------------- logging and events
     def _log(self, event: str, call: ClaimedCall, level: int = logging.INFO, **fields: Any) -> None:
@@ -267,14 +243,7 @@ class Worker:
             while self._pending_events:
                 call, kind, details = self._pending_events[0]
                 try:
-                    with self._hb_lock:
-                        try:
-                            statements.first(self._heartbeat_conn(), "worker/record_event", job_id=call.id, kind=kind,
-                                             actor=self.worker_id, fencing_token=call.fencing_token,
-                                             details=Jsonb(details))
-                        except DatabaseUnavailable:
-                            self._drop_heartbeat_conn()
-                            raise
+                    self._send_event(call, kind, details)
                 except ProtocolViolation as exc:
                     # the database will never accept this one (not ours to write): keep the log
                     # line, drop the event, and let the ones behind it through
@@ -283,6 +252,12 @@ class Worker:
                     self._log("event_pending", call, kind=kind, error=str(exc), level=logging.WARNING)
                     return
                 self._pending_events.pop(0)
+
+    def _send_event(self, call: ClaimedCall, kind: str, details: dict[str, Any]) -> None:
+        # on the heartbeat's connection: the claim connection may be what is stuck
+        self._hb.run(lambda conn: statements.first(conn, "worker/record_event", job_id=call.id, kind=kind,
+                                                   actor=self.worker_id, fencing_token=call.fencing_token,
+                                                   details=Jsonb(details)))
 
     def _observe(self, kind: str, call: ClaimedCall, db_time: datetime | None) -> None:
         if self.observer is not None:
@@ -293,11 +268,11 @@ class Worker:
         self._record_event(lease.call, "heartbeat_lost", {"reason": reason})
 
     def _database_error(self, call: ClaimedCall, statement: str, error: LeasectlError) -> None:
-        """A lock wait, a deadlock or a heavy statement met on the way (seed 004): logged, and
+        """A lock wait, a deadlock or a heavy statement met on the way (docs/seeds.md §004): logged, and
         journaled with its cause, so that lock waits and heavy statements are counted apart
         (details.cause: lock_timeout | statement_timeout)."""
         self._log("database_error", call, logging.WARNING, statement=statement, error=error)
-        # a deadlock is not one of the two causes the history names (DESIGN.md): logged only
+        # a deadlock is not one of the two causes the history names (docs/contract.md §5): logged only
         cause = {RowLocked: "lock_timeout", StatementTimedOut: "statement_timeout"}.get(type(error))
         if cause is not None:
             self._record_event(call, "database_error", {"cause": cause, "statement": statement,
@@ -336,7 +311,7 @@ class Worker:
         return call, sent, lease_left
 
     # --------------------------------------------------------------- the loop
-    def run_once(self) -> Outcome | None:
+    def run_once(self) -> CallOutcome | None:
         """Claim one call and take it to an outcome in this thread. None when there was nothing."""
         if self._pending_events:
             self.flush_events()
@@ -354,7 +329,6 @@ class Worker:
         budget = _Budget(max_calls)
         self._done = 0
         self._fatal = None
-        self._backoff = self.poll_interval
         threads: list[threading.Thread] = []
         try:
             while not stop.is_set() and self._fatal is None:
@@ -385,7 +359,6 @@ class Worker:
                         break
                     stop.wait(self.poll_interval)
                     continue
-                self._backoff = self.poll_interval
                 with self._slots:
                     self._busy += 1
                 if self.concurrency == 1:
@@ -413,25 +386,26 @@ class Worker:
                 self._slots.wait(min(self.poll_interval, 0.2))
 
     def _trouble(self, exc: LeasectlError, stop: threading.Event) -> None:
-        """The claim connection failed: back off (longer each time the database stays away)."""
-        if isinstance(exc, DatabaseUnavailable):
-            log.warning("database unavailable for %s: %s", self.worker_id, exc)
-        else:
-            log.warning("worker %s: %s", self.worker_id, exc)
+        """The claim connection failed. Lost: wait for the lane's next attempt (the one jittered
+        backoff, so that a fleet that lost the database at one instant does not come back at one
+        instant). Any other error: wait a poll interval."""
+        if isinstance(exc, DatabaseUnavailable):  # the lane has dropped the connection and counted it
+            retry_in = self._main.retry_in() or 0.0
+            log.warning("database unavailable for %s: %s; next attempt in %.1f s", self.worker_id, exc, retry_in)
+            stop.wait(retry_in)
+            return
+        log.warning("worker %s: %s", self.worker_id, exc)
         if not isinstance(exc, (RowLocked, StatementTimedOut)):
             # a lock wait or a timeout leaves the shared connection sound: the other calls keep it
-            with self._main_lock:
-                self._drop_main_conn()
-        stop.wait(self._backoff)
-        if isinstance(exc, DatabaseUnavailable):
-            self._backoff = min(self._backoff * 2, 5.0)
+            self._main.close()
+        stop.wait(self.poll_interval)
 
     def _serve(self, claimed: Claimed | None, stop: threading.Event, budget: _Budget) -> None:
         """Run a claimed call, then each successor its completion claimed, until none is left."""
         chain = _Chain(self, stop, budget)
         try:
             while claimed is not None:
-                outcome: Outcome | None = None
+                outcome: CallOutcome | None = None
                 try:
                     outcome = self.process(*claimed, chain=chain)
                 except PermissionDenied as exc:
@@ -445,7 +419,6 @@ class Worker:
                 with self._slots:
                     self._done += 1
                 claimed = outcome.next_call
-                self._backoff = self.poll_interval
         finally:
             with self._slots:
                 self._busy -= 1
@@ -457,10 +430,10 @@ class Worker:
         return self.handlers
 
     def process(self, call: ClaimedCall, claimed_at: float, lease_left: float, *,
-                chain: bool | Callable[[], bool] = False) -> Outcome:
+                chain: bool | Callable[[], bool] = False) -> CallOutcome:
         """Run the tool and record its outcome. With `chain` (or when it answers True at the moment
         of completing), a successful completion also claims the next call in the same transaction
-        (returned as Outcome.next_call)."""
+        (returned as CallOutcome.next_call)."""
         heartbeat = Heartbeat(self, call, claimed_at, lease_left)
         heartbeat.start()
         ctx = CallContext(self, call, heartbeat)
@@ -473,10 +446,10 @@ class Worker:
             return self._confirm_cancel(call)
         except LeaseLost as exc:
             self._log("stopped_lease_lost", call, detail=str(exc))
-            return Outcome(call.id, call.fencing_token, "lease_lost", str(exc))
+            return CallOutcome(call.id, call.fencing_token, "lease_lost", str(exc))
         except OwnershipUnknown as exc:
             # nothing irreversible was started; the lease decides who continues
-            return Outcome(call.id, call.fencing_token, "lease_lost", str(exc))
+            return CallOutcome(call.id, call.fencing_token, "lease_lost", str(exc))
         except ToolNoAnswer as exc:
             return self._no_answer(call, ctx, str(exc))
         except ToolFailed as exc:
@@ -495,13 +468,14 @@ class Worker:
             # the lease is known lost: the result is not written at all
             self._log("result_rejected", call, reason="lease_lost")
             self._record_event(call, "result_rejected", {"reason": "lease_lost", "written": False})
-            return Outcome(call.id, call.fencing_token, "result_rejected", "lease lost before commit")
+            return CallOutcome(call.id, call.fencing_token, "result_rejected", "lease lost before commit")
         return self._complete(call, result, chain=chain() if callable(chain) else chain)
 
     # --------------------------------------------------------------- endings
     def _guarded(self, name: str, call: ClaimedCall, **params: Any) -> dict[str, Any] | None:
         """Run a final guarded write. If the connection breaks, the write may or may not have
-        committed: reconnect and send it once more (the guard makes a repeat harmless); the
+        committed: reconnect (when the lane's backoff says) and send it once more -- the guard
+        makes a repeat harmless, which is why the worker may, where nothing else resends; the
         caller then tells "my first attempt landed" from "rejected" by reading the call."""
         broken = waited = 0
         while True:
@@ -511,7 +485,7 @@ class Worker:
                 broken += 1
                 if broken == 2:
                     raise
-                time.sleep(0.2)
+                self._main.pause()
             except (RowLocked, StatementTimedOut) as exc:
                 # a long transaction elsewhere holds the row (or the server is slow): the answer
                 # is worth keeping, and the guard still fences the retry (zero rows once the lease
@@ -535,7 +509,7 @@ class Worker:
             return row
         return None
 
-    def _complete(self, call: ClaimedCall, result: Any, *, chain: bool = False) -> Outcome:
+    def _complete(self, call: ClaimedCall, result: Any, *, chain: bool = False) -> CallOutcome:
         if self.partitioned.is_set():
             # cut off: the write cannot reach the database; it is sent after the partition
             while self.partitioned.is_set():
@@ -563,36 +537,36 @@ class Worker:
         if row is None:
             self._log("result_rejected", call, reason="zero_rows")
             self._record_event(call, "result_rejected", {"reason": "zero_rows"})
-            return Outcome(call.id, call.fencing_token, "result_rejected", "complete.sql: zero rows",
+            return CallOutcome(call.id, call.fencing_token, "result_rejected", "complete.sql: zero rows",
                            next_call=next_call)
         self._observe("complete", call, row["finished_at"])
         self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"])
-        return Outcome(call.id, call.fencing_token, "succeeded",
+        return CallOutcome(call.id, call.fencing_token, "succeeded",
                        completed_despite_cancel=row["completed_despite_cancel"], next_call=next_call)
 
-    def _confirm_cancel(self, call: ClaimedCall) -> Outcome:
+    def _confirm_cancel(self, call: ClaimedCall) -> CallOutcome:
         row = self._guarded("worker/confirm_cancel", call, job_id=call.id, worker_id=self.worker_id,
                             fencing_token=call.fencing_token)
         if row is None:
             self._log("cancel_not_confirmed", call, reason="zero_rows")
-            return Outcome(call.id, call.fencing_token, "lease_lost", "confirm_cancel.sql: zero rows")
+            return CallOutcome(call.id, call.fencing_token, "lease_lost", "confirm_cancel.sql: zero rows")
         self._observe("cancel", call, row["finished_at"])
         self._log("cancel_confirmed", call)
-        return Outcome(call.id, call.fencing_token, "cancelled")
+        return CallOutcome(call.id, call.fencing_token, "cancelled")
 
-    def _fail(self, call: ClaimedCall, error: dict[str, Any], *, retryable: bool) -> Outcome:
+    def _fail(self, call: ClaimedCall, error: dict[str, Any], *, retryable: bool) -> CallOutcome:
         row = self._guarded("worker/fail", call, job_id=call.id, worker_id=self.worker_id,
                             fencing_token=call.fencing_token, error=Jsonb(error), retryable=retryable)
         if row is None:
             self._log("failure_rejected", call, reason="zero_rows")
-            return Outcome(call.id, call.fencing_token, "lease_lost", "fail.sql: zero rows")
+            return CallOutcome(call.id, call.fencing_token, "lease_lost", "fail.sql: zero rows")
         self._observe("fail", call, None)
         # an unverifiable call whose request went out is never retried on its own: a human decides
         status = {"queued": "requeued", "outcome_unknown": "outcome_unknown"}.get(row["state"], "failed")
         self._log("job_" + status, call, error=error.get("message"))
-        return Outcome(call.id, call.fencing_token, status, str(error.get("message", "")))
+        return CallOutcome(call.id, call.fencing_token, status, str(error.get("message", "")))
 
-    def _no_answer(self, call: ClaimedCall, ctx: CallContext, message: str) -> Outcome:
+    def _no_answer(self, call: ClaimedCall, ctx: CallContext, message: str) -> CallOutcome:
         error = {"message": message, "external_request_id": ctx.external_request_id,
                  "side_effect_started": ctx.side_effect_started}
         if ctx.side_effect_started and call.side_effect == "mutating_unverifiable":
@@ -601,10 +575,10 @@ class Worker:
                                 error=Jsonb(error))
             if row is None:
                 self._log("outcome_unknown_rejected", call, reason="zero_rows")
-                return Outcome(call.id, call.fencing_token, "lease_lost",
+                return CallOutcome(call.id, call.fencing_token, "lease_lost",
                                "report_outcome_unknown.sql: zero rows")
             self._observe("outcome_unknown", call, None)
             self._log("outcome_unknown", call, request=ctx.external_request_id)
-            return Outcome(call.id, call.fencing_token, "outcome_unknown", message)
+            return CallOutcome(call.id, call.fencing_token, "outcome_unknown", message)
         # read-only: safe to redo; verifiable: the next owner checks the status first
         return self._fail(call, error, retryable=True)

@@ -1,4 +1,4 @@
-"""The reference worker with several calls in flight in one process (issue 11): two connections
+"""The reference worker with several calls in flight in one process: two connections
 whatever the concurrency, one heartbeat statement per beat, and every guarantee held per call."""
 
 from __future__ import annotations
@@ -351,7 +351,15 @@ def test_the_margin_before_a_side_effect_is_checked_again_once_the_write_connect
     assert ready.wait(10)
     holder = db.connect(autocommit=False)
     holder.execute("select 1 from tool_jobs where id = %s for no key update", (call,))  # no renewal now
-    worker._main_lock.acquire()  # another call's statement holds the shared connection
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another call's statement holds the shared connection
+        with worker._main.use():
+            held.set()
+            release.wait(10)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(5)
     try:
         go.set()
         time.sleep(2.8)  # the lease (4 s from the last renewal) now has less than the margin left
@@ -361,7 +369,7 @@ def test_the_margin_before_a_side_effect_is_checked_again_once_the_write_connect
     finally:
         holder.rollback()
         holder.close()
-        worker._main_lock.release()
+        release.set()
     assert run.done() == 1
     started = next(e for e in events(conn, call) if e["kind"] == "tool_request_started")
     left_then = (started["lease_until"] - started["at"]).total_seconds()  # the database's view, journaled

@@ -22,8 +22,8 @@ from console.core.filters import JobFilter
 from console.core.models import JobSummary
 from console.db import audit as audit_db
 from console.db import reads
-from console.db.connect import Conn, connect, run
-from console.db.migrate import check_compatible
+from console.db.connect import Conn
+from console.db.lane import open_session
 from console.operator.cli.common import (
     DsnOption,
     JobArgument,
@@ -57,14 +57,7 @@ def connect_for_audit(dsn: str | None) -> Conn:
     """A reading session with the auditor's limits (0002 gives leasectl_auditor the same), read-only
     in the database, and as leasectl_auditor whenever the login is a member: a NOINHERIT member has
     the role's privileges only once it takes the role. The audit commands only read."""
-    conn = connect(dsn_option(dsn), read_only=True, limits=AUDIT_LIMITS)
-    try:
-        run(conn, "meta/assume_auditor")
-        check_compatible(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    return open_session(dsn_option(dsn), read_only=True, limits=AUDIT_LIMITS, check_schema=True)
 
 
 def _time(conn: Conn, text: str | None, what: str) -> Instant | None:

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.segment import Segment
 
-from console.db.connect import Conn, connect, run, translate_error
-from console.db.migrate import check_compatible
+from console.db.connect import Conn, translate_error
+from console.db.lane import open_session
 from console.shared.config import default_operator, resolve_dsn
 from console.shared.dsn import mask_secrets
 from console.shared.errors import (
@@ -181,16 +181,7 @@ def refuse_if_read_only(what: str) -> None:
 def connect_for_reading(dsn: str | None) -> Conn:
     """A connection with leasectl's limits on a compatible schema; read-only in the database
     (and as leasectl_auditor where the role may) when --read-only was given."""
-    read_only = read_only_option()
-    conn = connect(dsn_option(dsn), read_only=read_only)
-    try:
-        if read_only:
-            run(conn, "meta/assume_auditor")
-        check_compatible(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    return open_session(dsn_option(dsn), read_only=read_only_option(), check_schema=True)
 
 
 def connect_for_acting(dsn: str | None, what: str) -> Conn:

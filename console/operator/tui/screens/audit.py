@@ -30,7 +30,8 @@ from console.core.audit import (
 )
 from console.core.models import ZOMBIE_KINDS, Event
 from console.db import audit as audit_db
-from console.db.connect import Conn, connect, run
+from console.db.connect import Conn
+from console.db.lane import open_session
 from console.db.reads import resolve
 from console.operator.files import atomic_write
 from console.operator.present.audit import (
@@ -274,9 +275,7 @@ class AuditScreen(PollingScreen):
                 progress(done, total)
 
             # its own session: a long export never holds up the screens' reads
-            with connect(session.dsn, limits=AUDIT_LIMITS, read_only=session.read_only_requested) as conn:
-                if session.read_only_requested:
-                    run(conn, "meta/assume_auditor")
+            with open_session(session.dsn, limits=AUDIT_LIMITS, read_only=session.read_only_requested) as conn:
                 job_id = resolve(conn, f.job) if f.job else None
                 with atomic_write(path, newline="" if fmt == "csv" else None) as handle:
                     if journal:
