@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,25 +130,28 @@ class Database:
         return connect(self.dsn, **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def db(pg_server: Server, template_db: str) -> Iterator[Database]:
-    name = f"leasectl_test_{uuid.uuid4().hex[:12]}"
+@contextmanager
+def _test_database(pg_server: Server, prefix: str, template: str | None = None) -> Iterator[Database]:
+    """A database of one test's own (a copy of `template`, or empty), dropped after it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with pg_server.admin() as admin:
-        admin.execute(f'create database "{name}" template "{template_db}"')
+        admin.execute(f'create database "{name}"' + (f' template "{template}"' if template else ""))
     yield Database(name, pg_server.dsn_for(name), pg_server)
     with pg_server.admin() as admin:
         admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def db(pg_server: Server, template_db: str) -> Iterator[Database]:
+    with _test_database(pg_server, "leasectl_test", template_db) as database:
+        yield database
 
 
 @pytest.fixture
 def empty_db(pg_server: Server) -> Iterator[Database]:
     """A database with no leasectl schema at all."""
-    name = f"leasectl_empty_{uuid.uuid4().hex[:12]}"
-    with pg_server.admin() as admin:
-        admin.execute(f'create database "{name}"')
-    yield Database(name, pg_server.dsn_for(name), pg_server)
-    with pg_server.admin() as admin:
-        admin.execute(f'drop database if exists "{name}" with (force)')
+    with _test_database(pg_server, "leasectl_empty") as database:
+        yield database
 
 
 @pytest.fixture(scope="session")

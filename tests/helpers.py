@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -13,6 +15,8 @@ from console.db.connect import Conn, run, run_one
 
 FAST = {"lease_seconds": 1.0, "heartbeat_seconds": 0.25, "missed_heartbeats": 2,
         "jitter_seconds": 0.25}
+# a lease no test outlives: a claimed call stays running, and its owner's, until the test acts
+SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
 
 
 def register_tool(conn: Conn, name: str, side_effect: str = "read_only", *,
@@ -130,11 +134,52 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
+class Step:
+    """Run `fn` on its own connection in a thread; it is expected to block on a lock."""
+
+    def __init__(self, db: Any, fn: Callable[[Conn], Any]) -> None:
+        self.conn = db.connect()
+        self.pid = self.conn.info.backend_pid
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,))
+
+    def _run(self, fn: Callable[[Conn], Any]) -> None:
+        try:
+            self.result = fn(self.conn)
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+    def start_and_wait_blocked(self, observer: Conn) -> Step:
+        self._thread.start()
+        wait_until(lambda: observer.execute(
+            "select wait_event_type = 'Lock' as blocked from pg_stat_activity where pid = %s",
+            (self.pid,)).fetchone()["blocked"], timeout=10, what=f"backend {self.pid} to block on a lock")
+        return self
+
+    def finish(self) -> Any:
+        self._thread.join(timeout=15)
+        assert not self._thread.is_alive()
+        self.conn.close()
+        if self.error:
+            raise self.error
+        return self.result
+
+
 def expire_lease(conn: Conn, job_id: Any) -> None:
     """Wait until the database's clock is past the call's lease (no clock tricks)."""
     wait_until(lambda: conn.execute(
         "select lease_until < now() as gone from tool_jobs where id = %s", (job_id,)
     ).fetchone()["gone"], timeout=30, what="the lease to expire")
+
+
+def tool_jobs_updates(conn: Conn, since: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """The row updates of tool_jobs the statistics have counted (since `since`, an earlier answer),
+    and how many of them were HOT (no index entry written). A backend hands its counts over when it
+    goes idle: `select pg_stat_force_next_flush()` on it makes that now."""
+    row = conn.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
+                       "where relname = 'tool_jobs'").fetchone()
+    return row["n_tup_upd"] - since[0], row["n_tup_hot_upd"] - since[1]
 
 
 def record_event(conn: Conn, job: dict, kind: str, actor: str, token: int | None = None,
@@ -211,3 +256,29 @@ def try_enqueue(conn: Conn, tool: str, agent_id: str) -> dict | None:
     return run_one(conn, "worker/enqueue", tool=tool, idempotency_key=f"k-{uuid.uuid4().hex}",
                    payload=Jsonb({"n": 1}), agent_id=agent_id, session_id=None, deadline_at=None,
                    model=None, provider=None)
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+def cli_invoker(default_dsn: str, user: str) -> Callable[..., Any]:
+    """`leasectl ARGS --dsn DSN` run in this process, as the OS user `user` (the operator name the
+    commands default to); a traceback in what it printed fails the test, whatever its exit code."""
+    from typer.testing import CliRunner
+
+    from console.operator.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str, dsn: str | None = None, input: str | None = None) -> Any:
+        result = runner.invoke(app, [*args, "--dsn", dsn or default_dsn], input=input, env={"USER": user})
+        assert "Traceback" not in result.output, result.output
+        return result
+
+    return invoke
+
+
+def js(result: Any) -> Any:
+    """What a command that succeeded printed, as JSON."""
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)

@@ -18,22 +18,24 @@ import json
 import uuid
 
 import pytest
-from typer.testing import CliRunner
 
 from console.core.audit import EXPORT_KEYS, FLEET_EXPORT_KEYS, OperatorAction
-from console.operator.cli import app, common
+from console.operator.cli import common
 from tests.helpers import (
     FAST,
+    SLOW,
     approve,
     as_login,
     cancel,
     claim,
+    cli_invoker,
     complete,
     enqueue,
     ensure_login,
     events,
     expire_lease,
     fail,
+    js,
     mark_terminal,
     record_event,
     register_tool,
@@ -46,7 +48,6 @@ from tests.helpers import (
 
 W1, W2 = "lc_audit_w1", "lc_audit_w2"
 OP, SUP, BOTH = "lc_audit_op", "lc_audit_sup", "lc_audit_both"
-SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
 ACTION_KEYS = [*OperatorAction.KEYS]
 
 
@@ -61,27 +62,16 @@ def logins(pg_server):
 
 @pytest.fixture
 def cli(db, logins, monkeypatch):
-    runner = CliRunner()
     # as on a pipe (common._pipe_width), whatever COLUMNS the test process was started with: a
     # history's cells then hold a name and its login on one line
     monkeypatch.setattr(common.out, "_width", 200)
-
-    def invoke(*args: str):
-        result = runner.invoke(app, [*args, "--dsn", db.dsn], env={"USER": "auditor-tester"})
-        assert "Traceback" not in result.output, result.output
-        return result
-
+    invoke = cli_invoker(db.dsn, "auditor-tester")
     with db.connect() as admin:
         register_tool(admin, "search", "read_only", **SLOW)
         register_tool(admin, "pay", "mutating_unverifiable", **SLOW)
         register_tool(admin, "quick", "read_only", **FAST)
         register_tool(admin, "swept", "read_only", **FAST)
         yield invoke, admin
-
-
-def js(result) -> object:
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def honest_traffic(db) -> dict[str, uuid.UUID]:

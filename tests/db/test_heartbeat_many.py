@@ -4,8 +4,6 @@ lost is simply missing from the answer, whatever happens to the others."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from console.db import sql
 from console.db.connect import Conn, run
 from tests.helpers import (
+    Step,
     as_login,
     cancel,
     claim,
@@ -24,7 +23,7 @@ from tests.helpers import (
     heartbeat,
     mark_terminal,
     register_tool,
-    wait_until,
+    tool_jobs_updates,
 )
 
 A, B = "lc_hbm_a", "lc_hbm_b"
@@ -108,17 +107,13 @@ def test_renewals_stay_hot_and_journal_nothing(db, conn):
         calls.append(claim(conn, "w1"))
     conn.execute("vacuum tool_jobs")
     conn.execute("select pg_stat_force_next_flush()")
-    before = conn.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
-                          "where relname = 'tool_jobs'").fetchone()
+    before = tool_jobs_updates(conn)
     count = sum(len(events(conn, c["id"])) for c in calls)
     with db.connect() as beater:
         for _ in range(10):
             assert len(many(beater, calls, "w1")) == 20
         beater.execute("select pg_stat_force_next_flush()")
-    after = conn.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
-                         "where relname = 'tool_jobs'").fetchone()
-    updates = after["n_tup_upd"] - before["n_tup_upd"]
-    hot = after["n_tup_hot_upd"] - before["n_tup_hot_upd"]
+    updates, hot = tool_jobs_updates(conn, since=before)
     # HOT needs room on the page, and room comes back by pruning, which waits for the server's
     # oldest snapshot: on a busy shared server (the test tiers run four at once) some renewals
     # find no room. An index over a column a renewal moves makes every one of them non-HOT, so
@@ -152,41 +147,12 @@ def test_a_worker_login_renews_only_its_own_calls(db, logins, conn):
 # ------------------------------------------------------------------ step by step
 
 
-class Blocked:
-    """Run `fn` on its own connection in a thread and wait until it is seen blocked on a lock."""
-
-    def __init__(self, db, observer: Conn, fn: Callable[[Conn], Any]) -> None:
-        self.conn = db.connect()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        pid = self.conn.info.backend_pid
-        self._thread = threading.Thread(target=self._run, args=(fn,))
-        self._thread.start()
-        wait_until(lambda: observer.execute("select wait_event_type = 'Lock' as blocked from pg_stat_activity "
-                                            "where pid = %s", (pid,)).fetchone()["blocked"],
-                   timeout=10, what=f"backend {pid} to block on a lock")
-
-    def _run(self, fn: Callable[[Conn], Any]) -> None:
-        try:
-            self.result = fn(self.conn)
-        except BaseException as exc:  # noqa: BLE001
-            self.error = exc
-
-    def finish(self) -> Any:
-        self._thread.join(timeout=15)
-        assert not self._thread.is_alive()
-        self.conn.close()
-        if self.error:
-            raise self.error
-        return self.result
-
-
 def test_step_a_renewal_waits_for_an_operators_fence_and_leaves_that_call_out(db, conn):
     e1, _e2 = enqueue(conn, "search"), enqueue(conn, "search")
     c1, c2 = claim(conn, "w1"), claim(conn, "w1")
     operator = db.connect(autocommit=False)
     assert mark_terminal(operator, e1["id"], "running", c1["fencing_token"], "failed", force=True) is not None
-    beat = Blocked(db, conn, lambda c: many(c, [c1, c2], "w1"))
+    beat = Step(db, lambda c: many(c, [c1, c2], "w1")).start_and_wait_blocked(conn)
     operator.commit()
     operator.close()
     rows = beat.finish()
@@ -198,7 +164,7 @@ def test_step_a_renewal_waits_for_a_cancel_and_hears_it(db, conn):
     c1, c2 = claim(conn, "w1"), claim(conn, "w1")
     operator = db.connect(autocommit=False)
     cancel(operator, e1["id"], "running", c1["fencing_token"])
-    beat = Blocked(db, conn, lambda c: many(c, [c1, c2], "w1"))
+    beat = Step(db, lambda c: many(c, [c1, c2], "w1")).start_and_wait_blocked(conn)
     operator.commit()
     operator.close()
     rows = {r["id"]: r for r in beat.finish()}

@@ -10,14 +10,13 @@ Two styles, as PostgreSQL's own isolation specs do it:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
 from console.db.connect import Conn
 from tests.helpers import (
+    Step,
     approve,
     cancel,
     claim,
@@ -42,38 +41,6 @@ def setup(db):
         register_tool(c, "pay", "mutating_unverifiable", lease_seconds=30, heartbeat_seconds=5,
                       missed_heartbeats=2, jitter_seconds=5)
     return db
-
-
-class Step:
-    """Run `fn` on its own connection in a thread; it is expected to block on a lock."""
-
-    def __init__(self, db, fn: Callable[[Conn], Any]) -> None:
-        self.conn = db.connect()
-        self.pid = self.conn.info.backend_pid
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,))
-
-    def _run(self, fn):
-        try:
-            self.result = fn(self.conn)
-        except BaseException as exc:  # noqa: BLE001
-            self.error = exc
-
-    def start_and_wait_blocked(self, observer: Conn) -> Step:
-        self._thread.start()
-        wait_until(lambda: observer.execute(
-            "select wait_event_type = 'Lock' as blocked from pg_stat_activity where pid = %s",
-            (self.pid,)).fetchone()["blocked"], timeout=10, what=f"backend {self.pid} to block on a lock")
-        return self
-
-    def finish(self) -> Any:
-        self._thread.join(timeout=15)
-        assert not self._thread.is_alive()
-        self.conn.close()
-        if self.error:
-            raise self.error
-        return self.result
 
 
 def holding(db) -> Conn:

@@ -39,6 +39,7 @@ from tests.helpers import (
     report_unknown,
     start_side_effect,
     sweep,
+    tool_jobs_updates,
 )
 
 A, B, SHARED = "lc_trust_a", "lc_trust_b", "lc_trust_shared"
@@ -503,16 +504,12 @@ def test_a_worker_logins_heartbeats_stay_hot_and_trigger_free(db, logins, admin)
         c = claim(a, A)
         # each backend flushes its own counters, when it goes idle: make the worker's due now
         a.execute("select pg_stat_force_next_flush()")
-        before = admin.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
-                               "where relname = 'tool_jobs'").fetchone()
+        before = tool_jobs_updates(admin)
         count = len(events(admin, e["id"]))
         for _ in range(50):
             assert heartbeat(a, c, A) is not None
         a.execute("select pg_stat_force_next_flush()")
-    after = admin.execute("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables "
-                          "where relname = 'tool_jobs'").fetchone()
-    updates = after["n_tup_upd"] - before["n_tup_upd"]
-    hot = after["n_tup_hot_upd"] - before["n_tup_hot_upd"]
+    updates, hot = tool_jobs_updates(admin, since=before)
     assert updates >= 50 and hot / updates >= 0.9, (updates, hot)
     assert len(events(admin, e["id"])) == count, "a heartbeat journals nothing"
 

@@ -10,8 +10,10 @@ from console.operator.tui import pictures
 from console.operator.tui.app import LeasectlApp
 from console.operator.tui.pictures import SIZE, screen_text, settle
 from console.shared.config import SessionLimits
+from tests.helpers import FAST, SLOW, claim, enqueue, register_tool, report_unknown, start_side_effect
 
-__all__ = ["SIZE", "dialog_ready", "make_app", "notifications", "screen_text", "settle"]
+__all__ = ["SIZE", "break_actions", "cancel_marked", "dialog_ready", "make_app", "notifications",
+           "outcomes_unknown", "running_search", "screen_text", "settle"]
 
 
 @pytest.fixture
@@ -43,3 +45,43 @@ async def dialog_ready(pilot, marker: str) -> None:
 
     await settle(pilot, lambda: marker in screen_text(pilot.app))
     await pilot.pause(TYPE_AHEAD_GAP + 0.1)
+
+
+async def cancel_marked(pilot, count: int) -> None:
+    """`*` marks the `count` calls the list's filter matches, `c` opens one Cancel dialog for them."""
+    await pilot.press("asterisk")
+    await settle(pilot, lambda: f"{count} marked" in screen_text(pilot.app))
+    await pilot.press("c")
+    await dialog_ready(pilot, f"Cancel {count} marked calls")
+
+
+def running_search(conn, worker: str = "w-7") -> dict:
+    """One running call of the read-only tool `search`, under a lease no test outlives (60 s): it
+    stays running until the test acts, and marking it terminal takes force."""
+    register_tool(conn, "search", "read_only", **SLOW)
+    e = enqueue(conn, "search")
+    claim(conn, worker)
+    return e
+
+
+def outcomes_unknown(conn, count: int, tool: str = "pay") -> list[dict]:
+    """`count` calls of the unverifiable tool `tool` whose side effect started and whose outcome no
+    worker knows: on triage, each waiting for an operator's approval."""
+    register_tool(conn, tool, "mutating_unverifiable", **FAST)
+    made = []
+    for n in range(count):
+        made.append(enqueue(conn, tool, f"{tool}:{n}"))
+        c = claim(conn, f"w-{n}", [tool])
+        start_side_effect(conn, c, f"w-{n}")
+        report_unknown(conn, c, f"w-{n}")
+    return made
+
+
+def break_actions(monkeypatch, message: str) -> None:
+    """Every action the console sends fails with RuntimeError(message): a bug of ours, provoked."""
+    from console.db import actions
+
+    def broken(*args, **kwargs):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(actions, "perform", broken)

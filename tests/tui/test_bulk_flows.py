@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import FAST, claim, complete, enqueue, events, job, register_tool, report_unknown, start_side_effect
-from tests.tui.conftest import SIZE, dialog_ready, make_app, screen_text, settle
-
-
-async def type_text(pilot, text: str) -> None:
-    for ch in text:
-        await pilot.press("space" if ch == " " else ch)
+from tests.helpers import SLOW, claim, complete, enqueue, events, job, register_tool
+from tests.tui.conftest import SIZE, cancel_marked, dialog_ready, make_app, outcomes_unknown, screen_text, settle
+from tests.tui.test_flows import type_text
 
 
 @pytest.fixture
 def fleet_of_calls(db):
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
+        register_tool(conn, "search", "read_only", **SLOW)
         running = []
         for n in range(4):
             enqueue(conn, "search", f"s:{n}")
@@ -39,10 +34,7 @@ async def test_mark_all_matching_then_one_dialog_with_the_count(fleet_of_calls, 
         await settle(pilot, lambda: "page 1" in screen_text(app))
         await pilot.press("slash", *"tool:search", "enter")
         await settle(pilot, lambda: "filter tool:search" in screen_text(app))
-        await pilot.press("asterisk")
-        await settle(pilot, lambda: "6 marked" in screen_text(app))
-        await pilot.press("c")
-        await dialog_ready(pilot, "Cancel 6 marked calls")
+        await cancel_marked(pilot, 6)
         await settle(pilot, lambda: "what will change" in screen_text(app))
         text = screen_text(app)
         assert "queued → cancelled" in text and "cancel requested (NOT stopped" in text
@@ -70,13 +62,7 @@ async def test_mark_all_matching_then_one_dialog_with_the_count(fleet_of_calls, 
 
 async def test_space_marks_and_approve_unverifiable_asks_for_the_words(db):
     with db.connect() as conn:
-        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
-        made = []
-        for n in range(2):
-            made.append(enqueue(conn, "pay", f"pay:{n}"))
-            c = claim(conn, f"w-{n}")
-            start_side_effect(conn, c, f"w-{n}")
-            report_unknown(conn, c, f"w-{n}")
+        made = outcomes_unknown(conn, 2)
     app = make_app(db.dsn, operator="ana")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, lambda: "outcome unknown" in screen_text(app))

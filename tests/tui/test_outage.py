@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 import socket
 import threading
 import time
 
-from tests.helpers import claim, enqueue, events, job, register_tool
+from tests.helpers import events, job
 from tests.netproxy import DbProxy
-from tests.tui.conftest import SIZE, dialog_ready, make_app, screen_text, settle
-from tests.tui.test_flows import open_call, type_text
+from tests.tui.conftest import SIZE, make_app, running_search, screen_text, settle
+from tests.tui.test_flows import type_text
+from tests.tui.test_polish import cancel_dialog
 
 
 class SilentProxy(DbProxy):
@@ -23,6 +23,8 @@ class SilentProxy(DbProxy):
     passes either way and new connections are accepted and left hanging; `hold` seconds later each
     connection is dropped, as the TCP stack would drop it in the end. What the console learns of the
     outage, it learns late."""
+
+    _poll_seconds = 0.05  # a pump sees the silence begin within this
 
     def __init__(self, dsn: str) -> None:
         self.silent_since: float | None = None  # before DbProxy's threads start
@@ -45,51 +47,22 @@ class SilentProxy(DbProxy):
             with contextlib.suppress(OSError):
                 s.close()
 
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            if self.silent_since is not None:
-                threading.Thread(target=self._drop_later, args=(client,), daemon=True).start()
-                continue
-            family, address = self._target
-            upstream = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                upstream.connect(address)  # type: ignore[arg-type]
-            except OSError:
-                client.close()
-                continue
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+    def _turned_away(self, client: socket.socket) -> bool:
+        if self.silent_since is None:
+            return super()._turned_away(client)
+        threading.Thread(target=self._drop_later, args=(client,), daemon=True).start()
+        return True
 
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        try:
-            while not self._closed.is_set():
-                if self.silent_since is not None:
-                    self._drop_later(a, b)
-                    return
-                readable, _, _ = select.select([a, b], [], [], 0.05)
-                for s in readable:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    (b if s is a else a).sendall(data)
-        except (OSError, ValueError):
-            return
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.close()
+    def _stalled(self, a: socket.socket, b: socket.socket) -> bool:
+        if self.silent_since is None:
+            return False
+        self._drop_later(a, b)
+        return True
 
 
 def running_call(db) -> str:
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        e = enqueue(conn, "search")
-        claim(conn, "w-7")
-    return str(e["id"])
+        return str(running_search(conn)["id"])
 
 
 async def answer_during_outage(db, *, connected: bool) -> None:
@@ -98,9 +71,7 @@ async def answer_during_outage(db, *, connected: bool) -> None:
     app = make_app(proxy.dsn, poll=0.5)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await open_call(pilot, call[:8])
-            await pilot.press("c")
-            await dialog_ready(pilot, "What will change")
+            await cancel_dialog(pilot, call[:8])
             if connected:  # an action was sent before: its connection is open, and then lost
                 await asyncio.to_thread(app.session.act, lambda conn: conn.execute("select 1"))
             proxy.cut()
@@ -190,9 +161,7 @@ async def test_an_action_whose_commit_is_cut_says_its_outcome_is_unknown(db):
                       "deferrable initially deferred for each row execute function test_slow_commit()")
         app = make_app(db.dsn, poll=0.5)
         async with app.run_test(size=SIZE) as pilot:
-            await open_call(pilot, call[:8])
-            await pilot.press("c")
-            await dialog_ready(pilot, "What will change")
+            await cancel_dialog(pilot, call[:8])
             await type_text(pilot, "cut while committing")
             await pilot.press("enter")
 

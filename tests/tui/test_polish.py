@@ -19,8 +19,18 @@ from console.db.session import ConsoleSession
 from console.operator.tui.app import LeasectlApp
 from console.operator.tui.clock import FrozenClock
 from console.operator.tui.pictures import SMALL
-from tests.helpers import claim, complete, enqueue, register_tool
-from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, screen_text, settle
+from tests.helpers import SLOW, claim, complete, enqueue, register_tool
+from tests.tui.conftest import (
+    SIZE,
+    break_actions,
+    cancel_marked,
+    dialog_ready,
+    make_app,
+    notifications,
+    running_search,
+    screen_text,
+    settle,
+)
 from tests.tui.test_flows import open_call, type_text
 
 
@@ -28,17 +38,22 @@ from tests.tui.test_flows import open_call, type_text
 def running(db):
     """One running call with a long lease (60 s): mark terminal then needs force, and offers it."""
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        e = enqueue(conn, "search")
-        claim(conn, "w-7")
+        e = running_search(conn)
         yield db, conn, str(e["id"])[:8]
 
 
-async def mark_terminal_dialog(pilot, short: str) -> None:
+async def cancel_dialog(pilot, short: str) -> None:
+    await open_call(pilot, short)
+    await pilot.press("c")
+    await dialog_ready(pilot, "What will change")
+
+
+async def mark_terminal_dialog(pilot, short: str, reason: str | None = None) -> None:
     await open_call(pilot, short)
     await pilot.press("t")
     await dialog_ready(pilot, "Mark terminal call")
+    if reason is not None:
+        await type_text(pilot, reason)
 
 
 # ----------------------------------------------------------------------------- 1. the state select
@@ -48,8 +63,7 @@ async def test_enter_on_the_state_select_chooses_and_moves_on(running):
     db, conn, short = running
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
-        await mark_terminal_dialog(pilot, short)
-        await type_text(pilot, "wedged")
+        await mark_terminal_dialog(pilot, short, "wedged")
         await pilot.press("enter")  # reason -> the state
         select = app.screen.query_one("#terminal")
         assert app.focused is select
@@ -95,8 +109,7 @@ async def test_a_bulk_dialog_over_nothing_to_do_asks_for_no_count(db):
     from textual.widgets import Button
 
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
+        register_tool(conn, "search", "read_only", **SLOW)
         for n in range(2):
             enqueue(conn, "search", f"done:{n}")
             complete(conn, claim(conn, f"w-{n}"), f"w-{n}")
@@ -104,10 +117,7 @@ async def test_a_bulk_dialog_over_nothing_to_do_asks_for_no_count(db):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
         await settle(pilot, lambda: "page 1 · 2 calls" in screen_text(app))
-        await pilot.press("asterisk")
-        await settle(pilot, lambda: "2 marked" in screen_text(app))
-        await pilot.press("c")
-        await dialog_ready(pilot, "Cancel 2 marked calls")
+        await cancel_marked(pilot, 2)
         await settle(pilot, lambda: "Nothing to cancel" in screen_text(app))
         text = screen_text(app)
         assert "type '0'" not in text and "Cancel 0 calls" not in text, text
@@ -134,9 +144,7 @@ async def test_toasts_never_cover_a_dialogs_answer_or_buttons(running, size):
     db, _conn, short = running
     app = make_app(db.dsn)
     async with app.run_test(size=size, notifications=True) as pilot:  # Pilot shows no toast unless asked
-        await open_call(pilot, short)
-        await pilot.press("c")
-        await dialog_ready(pilot, "What will change")
+        await cancel_dialog(pilot, short)
         await pilot.press("enter")  # an answer in the dialog's answer line: "a reason is required"
         await settle(pilot, lambda: "A reason is required" in screen_text(app))
         for n in range(4):
@@ -183,8 +191,7 @@ async def test_at_80x24_the_mark_terminal_dialog_keeps_its_title(running):
     db, _conn, short = running
     app = make_app(db.dsn)
     async with app.run_test(size=SMALL) as pilot:
-        await mark_terminal_dialog(pilot, short)
-        await type_text(pilot, "wedged")
+        await mark_terminal_dialog(pilot, short, "wedged")
         for _ in range(3):  # the state, force, the buttons: the body scrolls down to each
             assert f"Mark terminal call {short}" in screen_text(app), screen_text(app)
             await pilot.press("tab")
@@ -277,7 +284,6 @@ async def test_counts_of_one_are_said_in_the_singular(running):
 async def test_the_tests_never_write_the_users_own_console_log(db, console_log_dir, monkeypatch):
     """The console's log and crash reports go where LEASECTL_LOG_DIR says; the tests set it
     (tests/conftest.py), so their tracebacks -- provoked on purpose -- stay out of the user's log."""
-    from console.db import actions
     from console.operator.tui.app import write_crash_log
     from console.operator.tui.failures import log_path
 
@@ -290,20 +296,11 @@ async def test_the_tests_never_write_the_users_own_console_log(db, console_log_d
     before = state_of(users)
     assert log_path().parent == console_log_dir, f"the console logs to {log_path()} under the tests"
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        e = enqueue(conn, "search")
-        claim(conn, "w-1")
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("a bug provoked by the tests")
-
-    monkeypatch.setattr(actions, "perform", broken)
+        e = running_search(conn, "w-1")
+    break_actions(monkeypatch, "a bug provoked by the tests")
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
-        await pilot.press("c")
-        await dialog_ready(pilot, "What will change")
+        await cancel_dialog(pilot, str(e["id"])[:8])
         await type_text(pilot, "stuck")
         await pilot.press("enter")
         await settle(pilot, lambda: "NOT APPLIED" in screen_text(app))

@@ -13,6 +13,7 @@ from console.control.supervisor import tick
 from console.db.connect import run_one
 from tests.helpers import (
     FAST,
+    SLOW,
     cancel,
     claim,
     enqueue,
@@ -27,7 +28,17 @@ from tests.helpers import (
     start_side_effect,
     wait_until,
 )
-from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, screen_text, settle
+from tests.tui.conftest import (
+    SIZE,
+    break_actions,
+    dialog_ready,
+    make_app,
+    notifications,
+    outcomes_unknown,
+    running_search,
+    screen_text,
+    settle,
+)
 
 # OSC 52 (clipboard), OSC 2 (window title), SGR, a bidi override, zero-width, a line separator, a BOM
 HOSTILE = "\x1b]52;c;UFdORUQ=\x07\x1b]2;PWNED-TITLE\x07\x1b[31mX\u202egnp.exe\u200b\u2028\ufeff"
@@ -48,14 +59,21 @@ def assert_safe(app, where: str) -> None:
     assert not raw_controls(text), f"{where}: raw control or invisible characters drawn: {raw_controls(text)}"
 
 
+async def open_detail(pilot, call: dict) -> None:
+    """From the calls list, the detail screen of `call`."""
+    await pilot.press("2")
+    await settle(pilot, lambda: str(call["id"])[:8] in drawn(pilot.app))
+    await pilot.press("enter")
+    await settle(pilot, lambda: "ownership" in drawn(pilot.app))
+
+
 @pytest.fixture
 def hostile(db):
     """Every text column a worker, an agent or an operator can choose, set to the hostile set."""
     with db.connect() as conn:
         tool = f"pay{HOSTILE}"
         register_tool(conn, tool, "mutating_unverifiable", **FAST)
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
+        register_tool(conn, "search", "read_only", **SLOW)
         root, child = f"root{HOSTILE}", f"child{HOSTILE}"
         register_tree(conn, {root: None, child: root})
         give_grant(conn, child, "credential", f"vault:{HOSTILE}", issued_by=root)
@@ -143,16 +161,10 @@ async def test_ordinary_typing_never_changes_data(db, monkeypatch):
     # burst for the test (the rule itself is tested with exact key times below)
     monkeypatch.setattr(action, "TYPE_AHEAD_GAP", 2.0)
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        e = enqueue(conn, "search")
-        claim(conn, "w-1")
+        e = running_search(conn, "w-1")
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("2")
-        await settle(pilot, lambda: str(e["id"])[:8] in drawn(app))
-        await pilot.press("enter")
-        await settle(pilot, lambda: "ownership" in drawn(app))
+        await open_detail(pilot, e)
         await pilot.press("slash", "o", "c", "e", "a", "n", "enter")
         await settle(pilot)
         assert "nothing to filter" in notifications(app)
@@ -192,18 +204,9 @@ def test_the_type_ahead_rule_with_exact_key_times():
 
 
 async def test_an_unexpected_error_in_an_action_reads_not_applied(db, monkeypatch):
-    from console.db import actions
-
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        e = enqueue(conn, "search")
-        claim(conn, "w-1")
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("a bug in the action path")
-
-    monkeypatch.setattr(actions, "perform", broken)
+        e = running_search(conn, "w-1")
+    break_actions(monkeypatch, "a bug in the action path")
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
@@ -246,16 +249,12 @@ async def test_a_big_payload_is_previewed_bounded_with_its_real_size(db):
 
     big = {"rows": [{"n": i, "text": "x" * 90} for i in range(70_000)]}  # ~7 MB as text
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
+        register_tool(conn, "search", "read_only", **SLOW)
         e = enqueue(conn, "search", payload=big)
         size = conn.execute("select octet_length(payload::text) as n from tool_jobs").fetchone()["n"]
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("2")
-        await settle(pilot, lambda: str(e["id"])[:8] in drawn(app))
-        await pilot.press("enter")
-        await settle(pilot, lambda: "ownership" in drawn(app))
+        await open_detail(pilot, e)
         assert app.screen.detail.job.payload is None, "the payload is not fetched until asked for"
         await pilot.press("p")
         await settle(pilot, lambda: "bytes as text" in drawn(app), timeout=20)
@@ -268,13 +267,8 @@ async def test_a_big_payload_is_previewed_bounded_with_its_real_size(db):
 
 async def test_triage_filters_with_the_grammar_and_shows_it(db):
     with db.connect() as conn:
-        register_tool(conn, "payment_capture", "mutating_unverifiable", **FAST)
+        e = outcomes_unknown(conn, 3, "payment_capture")[-1]
         register_tool(conn, "search", "read_only", **FAST)
-        for n in range(3):
-            e = enqueue(conn, "payment_capture", f"pay:{n}")
-            c = claim(conn, f"w-{n}", ["payment_capture"])
-            start_side_effect(conn, c, f"w-{n}")
-            report_unknown(conn, c, f"w-{n}")
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, lambda: "outcome unknown" in drawn(app))
@@ -351,13 +345,7 @@ async def test_the_palette_has_every_action_and_none_of_textuals(db):
 
 async def test_the_cursor_never_moves_to_another_call_silently(db):
     with db.connect() as conn:
-        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
-        made = []
-        for n in range(2):
-            made.append(enqueue(conn, "pay", f"pay:{n}"))
-            c = claim(conn, f"w-{n}")
-            start_side_effect(conn, c, f"w-{n}")
-            report_unknown(conn, c, f"w-{n}")
+        made = outcomes_unknown(conn, 2)
     app = make_app(db.dsn, poll=0.3)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, lambda: str(made[1]["id"])[:8] in drawn(app))
