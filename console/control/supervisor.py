@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from console.db.connect import Conn, run, run_one
 from console.db.lane import Lane
 from console.shared.config import SessionLimits
-from console.shared.errors import DatabaseUnavailable, LeasectlError
+from console.shared.errors import DatabaseUnavailable, LeasectlError, PermissionDenied
 from console.shared.text import counted
 
 log = logging.getLogger("leasectl.supervisor")
@@ -49,9 +49,11 @@ class TickReport(BaseModel):
     waiting: list[str] = []  # what each shutdown waits for (shown by --once, not every tick)
 
 
-def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True) -> TickReport:
+def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True,
+         lock_hold_limit: float | None = None) -> TickReport:
     """One pass of the control plane: the expired-lease sweep, then one step of every shutdown."""
     report = TickReport()
+    _end_lock_holders(conn, report, LOCK_HOLD_LIMIT_SECONDS if lock_hold_limit is None else lock_hold_limit)
     if sweep:
         swept = run(conn, "supervisor/sweep")
         report.swept = len(swept)
@@ -67,6 +69,23 @@ def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True) -> TickReport:
             report.failures.append(f"shutdown {str(active['id'])[:8]}: {exc}")
             log.warning("shutdown %s: %s", active["id"], exc)
     return report
+
+
+# A worker login's transaction that holds leasectl's tables longer than this is ended (migration
+# 0015): well under any lease a tool may be given (docs/seeds.md §000.8 sizes them in tens of
+# seconds), far over one statement of the reference worker (its statement timeout).
+LOCK_HOLD_LIMIT_SECONDS = 10.0
+
+
+def _end_lock_holders(conn: Conn, report: TickReport, limit: float) -> None:
+    try:
+        ended = run(conn, "supervisor/end_lock_holders", older_than_seconds=limit)
+    except PermissionDenied as exc:  # a control plane without the grant: the fleet still runs
+        log.warning("supervisor: may not end sessions that hold the fleet's rows: %s", exc)
+        return
+    for row in ended:
+        report.notes.append(f"ended session {row['pid']} of {row['login']}: it held leasectl's tables in one "
+                            f"transaction for {row['held_for_seconds']:.0f} s")
 
 
 def advance(conn: Conn, shutdown_id: uuid.UUID, *, supervisor_id: str, report: TickReport | None = None) -> TickReport:

@@ -57,6 +57,9 @@ class Query:
     params: tuple[str, ...]
     purpose: str
     zero_rows: str
+    # parameters a caller may leave out (the `-- Optional:` header): bound as null, which the
+    # file reads as "the default"; a file gains parameters this way without breaking its callers
+    optional: tuple[str, ...] = ()
 
     @property
     def path(self) -> str:
@@ -65,6 +68,8 @@ class Query:
     def bind(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Check `values` against the file's parameters; unknown or missing names fail loudly."""
         given = dict(values or {})
+        for name in self.optional:
+            given.setdefault(name, None)
         unknown = sorted(set(given) - set(self.params))
         missing = sorted(set(self.params) - set(given))
         if unknown or missing:
@@ -188,6 +193,7 @@ def load(name: str) -> Query:
         params=params,
         purpose=_header(source, "Purpose"),
         zero_rows=_header(source, "Zero rows"),
+        optional=tuple(n for n in re.split(r"[,\s]+", _header(source, "Optional")) if n in params),
     )
 
 

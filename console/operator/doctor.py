@@ -52,8 +52,8 @@ def diagnose(dsn: str) -> list[Check]:
         checks.append(schema)
         if schema.status == "fail" and "no leasectl schema" in schema.detail:
             return checks
-        checks += [_triggers(conn), *_shadowing(conn), *_roles(conn), *_identity(conn), *_tools(conn),
-                   *_activity(conn)]
+        checks += [_triggers(conn), *_shadowing(conn), *_lock_holders(conn), *_roles(conn), *_identity(conn),
+                   *_tools(conn), *_activity(conn)]
     return checks
 
 
@@ -101,6 +101,20 @@ def _triggers(conn: Conn) -> Check:
                      "the database no longer enforces the protocol: re-enable with "
                      "ALTER TABLE ... ENABLE TRIGGER, or re-create the schema")
     return Check("state machine", "ok", f"{len(present)} triggers enforce transitions and history")
+
+
+def _lock_holders(conn: Conn) -> list[Check]:
+    """Whether a worker login's transaction held open on the fleet's rows can be ended (0015)."""
+    row = run_one(conn, "meta/doctor_lock_holders")
+    if row is None:
+        return []
+    if row["can_end"]:
+        return [Check("held locks", "ok", "the control plane ends a worker session that holds the fleet's rows "
+                      "in one transaction for over 10 s")]
+    return [Check("held locks", "warn",
+                  f"{row['owner']} (the schema's owner) can neither see nor end other sessions: a worker login "
+                  "that keeps a transaction open on the fleet's rows can hold up heartbeats and drains",
+                  f"GRANT pg_read_all_stats, pg_signal_backend TO {row['owner']};")]
 
 
 def _shadowing(conn: Conn) -> list[Check]:

@@ -4,11 +4,11 @@
 --   (session_replication_role = replica, superuser).
 -- Zero rows: always.
 -- Parameters: start, count, base
-insert into tool_jobs (id, tool, state, owner_id, fencing_token, attempt, idempotency_key, payload, payload_hash,
+insert into tool_jobs (id, chain_id, tool, state, owner_id, fencing_token, attempt, idempotency_key, payload, payload_hash,
                        result, created_at, claimed_at, finished_at, cancel_requested_at, cancel_requested_by,
                        cancel_requested_reason, side_effect_started_at, external_request_id, terminal_reason,
                        agent_id)
-select md5('audit-bench:' || g)::uuid, 'bench_audit',
+select md5('audit-bench:' || g)::uuid, md5('audit-bench:' || g)::uuid, 'bench_audit',
        case when g % 20 = 0 then 'cancelled' when g % 7 = 0 then 'failed' else 'succeeded' end,
        'w-' || ((g + 42) % 64), 3, 3, 'audit-bench:' || g, jsonb_build_object('n', g), 'h',
        case when g % 20 <> 0 and g % 7 <> 0 then '{"ok": true}'::jsonb end,

@@ -4,14 +4,14 @@
 -- Zero rows: always.
 -- Parameters: count, start (numbering of the keys, so batches do not collide)
 with made as (
-    insert into tool_jobs (id, tool, state, owner_id, fencing_token, attempt, idempotency_key, payload,
+    insert into tool_jobs (id, chain_id, tool, state, owner_id, fencing_token, attempt, idempotency_key, payload,
                            payload_hash, result, created_at, claimed_at, finished_at)
-    select gen_random_uuid(), 'bench_tool', (array['succeeded', 'failed', 'cancelled'])[1 + g % 3],
-           'w-' || (g % 64), 1, 1, 'history:' || (:start::integer + g), '{"n": 1}'::jsonb, 'h', '{"ok": true}'::jsonb,
-           now() - (g % 2592000) * interval '1 second' - interval '1 hour',
-           now() - (g % 2592000) * interval '1 second' - interval '1 hour',
-           now() - (g % 2592000) * interval '1 second' - interval '59 minutes'
-    from generate_series(1, :count::integer) as g
+    select x.id, x.id, 'bench_tool', (array['succeeded', 'failed', 'cancelled'])[1 + x.g % 3],
+           'w-' || (x.g % 64), 1, 1, 'history:' || (:start::integer + x.g), '{"n": 1}'::jsonb, 'h', '{"ok": true}'::jsonb,
+           now() - (x.g % 2592000) * interval '1 second' - interval '1 hour',
+           now() - (x.g % 2592000) * interval '1 second' - interval '1 hour',
+           now() - (x.g % 2592000) * interval '1 second' - interval '59 minutes'
+    from (select gen_random_uuid() as id, g from generate_series(1, :count::integer) as g) x
     returning id, finished_at
 )
 insert into job_events (job_id, at, kind, actor, fencing_token, state_from, state_to)

@@ -34,7 +34,8 @@ expired as (
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
       and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
       and j.attempt < t.max_attempts + j.extra_attempts
-      and (j.deadline_at is null or j.deadline_at > now())
+      and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
+      and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
       and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
     order by j.lease_until
     limit 1
@@ -48,7 +49,8 @@ fresh as (
       and not exists (select 1 from expired)
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
       and j.attempt < t.max_attempts + j.extra_attempts
-      and (j.deadline_at is null or j.deadline_at > now())
+      and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
+      and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
       and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
     order by j.created_at
     limit 1
@@ -63,7 +65,7 @@ claimed as (
     update tool_jobs j
     set state         = 'running',
         owner_id      = :worker_id::text,
-        lease_until   = now() + t.lease_seconds * interval '1 second',
+        lease_until   = least(now() + t.lease_seconds * interval '1 second', j.deadline_at),
         heartbeat_at  = now(),
         fencing_token = j.fencing_token + 1,
         attempt       = j.attempt + 1,
@@ -73,7 +75,7 @@ claimed as (
       and t.name = j.tool
     returning j.id, j.payload, j.fencing_token, j.lease_until, j.attempt, j.tool,
               j.side_effect_started_at, j.external_request_id, j.idempotency_key, j.deadline_at,
-              j.agent_id, t.side_effect, t.heartbeat_seconds, t.lease_seconds, t.jitter_seconds,
+              j.agent_id, j.chain_id, j.stage, t.side_effect, t.heartbeat_seconds, t.lease_seconds, t.jitter_seconds,
               now() as db_now
 )
 select exists (select 1 from completed) as completed,

@@ -1,10 +1,11 @@
 -- Purpose: extend the lease of a call this worker still owns, and tell it whether a cancel
---   was requested (the worker confirms with confirm_cancel.sql).
+--   was requested (the worker confirms with confirm_cancel.sql). The lease never runs past the
+--   call's deadline_at (returned): the last renewals before it give less than a full lease.
 -- Zero rows: the lease is lost (expired, reclaimed, cancelled, finished or fenced by an
 --   operator). Stop; do not start anything new; do not write a result.
 -- Parameters: job_id, worker_id, fencing_token
 update tool_jobs j
-set lease_until  = now() + t.lease_seconds * interval '1 second',
+set lease_until  = least(now() + t.lease_seconds * interval '1 second', j.deadline_at),
     heartbeat_at = now()
 from tools t
 where j.id = :job_id::uuid

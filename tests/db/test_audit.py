@@ -22,23 +22,23 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
-from typer.testing import CliRunner
 
 from console.core.audit import EXPORT_COLUMNS, EXPORT_KEYS, AuditFilter, JobAsOf, parse_audit_filter
 from console.core.filters import JobFilter
 from console.db import actions, reads
 from console.db import audit as audit_db
 from console.db.connect import lines_as, run
-from console.operator.cli import app
 from console.operator.files import atomic_write
 from console.shared.errors import BadInput, RowLocked
 from console.shared.times import parse_time
 from tests.conftest import ROOT
 from tests.helpers import (
     FAST,
+    SLOW,
     approve,
     cancel,
     claim,
+    cli_invoker,
     complete,
     confirm_cancel,
     enqueue,
@@ -46,6 +46,7 @@ from tests.helpers import (
     events,
     expire_lease,
     heartbeat,
+    js,
     mark_terminal,
     record_event,
     register_tool,
@@ -57,7 +58,6 @@ from tests.helpers import (
 )
 
 AUDITOR = "lc_audit_auditor"
-SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
 OWNER_KEYS = ["job_id", "at", "owner_id", "fencing_token", "held_from", "held_until", "ended_by"]
 ACTION_KEYS = ["at", "operator", "action", "outcome", "job_id", "agent_id", "reason", "request_id", "fencing_token",
                "details"]
@@ -65,23 +65,12 @@ ACTION_KEYS = ["at", "operator", "action", "outcome", "job_id", "agent_id", "rea
 
 @pytest.fixture
 def cli(db):
-    runner = CliRunner()
-
-    def invoke(*args: str, dsn: str | None = None, input: str | None = None):
-        result = runner.invoke(app, [*args, "--dsn", dsn or db.dsn], input=input, env={"USER": "auditor-tester"})
-        assert "Traceback" not in result.output, result.output
-        return result
-
+    invoke = cli_invoker(db.dsn, "auditor-tester")
     with db.connect() as conn:
         register_tool(conn, "quick", "read_only", **FAST)
         register_tool(conn, "search", "read_only", **SLOW)
         register_tool(conn, "pay", "mutating_unverifiable", **FAST)
         yield invoke, conn
-
-
-def js(result) -> object:
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def kind_of(conn, job_id, kind, n=0) -> dict:
@@ -664,9 +653,11 @@ def test_verify_finds_a_change_made_behind_the_triggers_back_and_a_call_with_no_
     try:
         conn.execute("update tool_jobs set owner_id = 'ghost', fencing_token = fencing_token + 1 where id = %s",
                      (e["id"],))
-        ghost = conn.execute("insert into tool_jobs (tool, idempotency_key, payload, state, owner_id, fencing_token, "
-                             "attempt, lease_until) values ('search', 'no-history', '{}', 'running', 'w-9', 3, 1, "
-                             "now() + interval '1 minute') returning id").fetchone()["id"]
+        ghost_id = uuid.uuid4()
+        ghost = conn.execute("insert into tool_jobs (id, chain_id, tool, idempotency_key, payload, state, owner_id, "
+                             "fencing_token, attempt, lease_until) values (%s, %s, 'search', 'no-history', '{}', "
+                             "'running', 'w-9', 3, 1, now() + interval '1 minute') returning id",
+                             (ghost_id, ghost_id)).fetchone()["id"]
     finally:
         conn.execute("alter table tool_jobs enable trigger user")
     result = invoke("audit", "verify", "--json")

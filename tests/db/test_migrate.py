@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
+import tarfile
 import threading
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from console.db import sql
 from console.db.connect import connect
 from console.db.migrate import check_compatible, discover, known_version, migrate
 from console.shared.errors import SchemaError
@@ -113,7 +119,35 @@ def test_migrating_as_a_user_without_createrole_works_with_a_notice(pg_server):
                 pass
 
 
-def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, pg_server):
+@contextlib.contextmanager
+def released_queries(migration: str, tmp: Path) -> Iterator[None]:
+    """The shared SQL as the last release before `migration` shipped it (from git): what workers
+    and consoles of that release ran against that release's schema, to write its data."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        added = subprocess.run(["git", "-C", str(root), "log", "--diff-filter=A", "--format=%H", "-1", "--",
+                                f"migrations/{migration}.sql"], capture_output=True, text=True, check=True).stdout
+        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", f"{added.strip()}^", "queries"],
+                                 capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"the previous release's queries come from git, which is not here: {exc}")
+    (tmp / "queries.tar").write_bytes(archive)
+    with tarfile.open(tmp / "queries.tar") as tar:
+        tar.extractall(tmp, filter="data")
+    before = os.environ.get("LEASECTL_QUERIES_DIR")
+    os.environ["LEASECTL_QUERIES_DIR"] = str(tmp / "queries")
+    sql.load.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["LEASECTL_QUERIES_DIR"]
+        else:
+            os.environ["LEASECTL_QUERIES_DIR"] = before
+        sql.load.cache_clear()
+
+
+def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, pg_server, tmp_path):
     """The previous release's data (0011): a fleet registered by real logins (journaled with db_role since
     0005) and by the owner, grants, calls in every state the protocol reaches, their history. 0012
     keeps every row, takes each agent's owner from the journal, and its rules hold at once."""
@@ -133,6 +167,8 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
     worker = "lc_mig_worker"
     with pg_server.admin() as admin:
         ensure_login(admin, worker, "leasectl_worker")
+    seeding = contextlib.ExitStack()  # the data is written as 0011's workers and consoles wrote it
+    seeding.enter_context(released_queries("0012_trust_boundary", tmp_path))
     with connect(empty_db.dsn) as conn:
         assert migrate(conn, target=11).version == 11
         register_tool(conn, "search", "read_only", lease_seconds=30, heartbeat_seconds=5)
@@ -166,11 +202,17 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         before = {t: rows(t) for t in ("tools", "tool_jobs", "job_events", "grants", "shutdowns", "fleet_events")}
         agents_before = rows("agents")
 
+        seeding.close()
         report = migrate(conn)
-        assert report.applied == ["0012_trust_boundary", "0013_fleet_trust"] and report.version == known_version()
+        assert report.applied == ["0012_trust_boundary", "0013_fleet_trust", "0014_chains", "0015_trust_third_walk"]
+        assert report.version == known_version()
 
-        after = {t: rows(t) for t in before}
+        after = {t: [{k: v for k, v in r.items() if k in before[t][0]} for r in rows(t)] for t in before}
         assert after == before, "every row kept as it was, in the same order"
+        # 0014: every call is a chain of one, accepted when it was made
+        for call in rows("tool_jobs"):
+            assert (call["chain_id"], call["stage"], call["parent_id"]) == (call["id"], 0, None)
+            assert call["accepted_at"] == call["created_at"]
         agents = {a["id"]: a for a in rows("agents")}
         assert [{k: v for k, v in a.items() if k != "owner_role"} for a in rows("agents")] == agents_before
         assert agents["team-1"]["owner_role"] == worker and agents["team-child"]["owner_role"] == worker

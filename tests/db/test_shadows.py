@@ -161,9 +161,25 @@ def _queued_for_draining_agent(w: World) -> dict:
     return call
 
 
-def _draining(w: World) -> dict:
-    w.draining()
+def _operators_own_agent(w: World) -> dict:
+    """An agent inside planner-1's subtree that the operator's login registered itself."""
+    w.admin.execute("insert into agents (id, parent_id, kind, owner_role) values ('op-agent', 'code-1', 'worker', %s)",
+                    (OPERATOR,))
     return {}
+
+
+def _own_draining(w: World) -> dict:
+    w.own_tree()
+    w.draining("a-child")
+    return {}
+
+
+def _cancelled_chain(w: World) -> dict:
+    """A running call of login A whose chain has a cancel request."""
+    call = w.running(A)
+    w.admin.execute("select * from leasectl_request_cancel(%s, 'running', %s, 'alice', 'stop the chain')",
+                    (call["id"], call["token"]))
+    return call
 
 
 CLAIM_AS = ("update public.tool_jobs set state = 'running', owner_id = %(who)s, fencing_token = fencing_token + 1, "
@@ -247,8 +263,8 @@ REFUSALS = [
             "insert into public.job_events (job_id, kind, actor, fencing_token) "
             "values (%(id)s, 'result_rejected', %(who)s, %(token)s)", "LCH03"),
     # ---- the fleet (LCF)
-    Refusal("a shutdown asked from inside the subtree", OPERATOR, lambda w: {},
-            "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'sandbox-1', 'from inside', 30)",
+    Refusal("a shutdown asked from inside the subtree", OPERATOR, _operators_own_agent,
+            "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'op-agent', 'from inside', 30)",
             "LCF01"),
     Refusal("a shutdown inserted by hand", OPERATOR, lambda w: {},
             "insert into public.shutdowns (root_agent_id, mode, requested_by, reason, window_seconds) "
@@ -316,9 +332,40 @@ REFUSALS = [
             "update public.agents set state = 'terminated' where id = 'planner-1'", "LCF05"),
     Refusal("edit the fleet journal (owner)", OWNER, lambda w: {},
             "update public.fleet_events set reason = 'edited'", "LCF06"),
-    Refusal("a new call for a draining agent by plain INSERT", A, _draining,
+    Refusal("a new call for a draining agent by plain INSERT", A, _own_draining,
             "insert into public.tool_jobs (idempotency_key, payload, tool, agent_id) "
-            "values (gen_random_uuid()::text, '{}', 'search', 'code-1')", "LCF07"),
+            "values (gen_random_uuid()::text, '{}', 'search', 'a-child')", "LCF07"),
+    # ---- the third walk (0014, 0015)
+    Refusal("a new call in the name of an agent another login registered", A, lambda w: {},
+            "insert into public.tool_jobs (idempotency_key, payload, tool, agent_id) "
+            "values (gen_random_uuid()::text, '{}', 'search', 'planner-1')", "LCF08"),
+    Refusal("mark one's own payment started and requeue it in one statement", A, lambda w: w.running(A, "pay"),
+            "update public.tool_jobs set state = 'queued', owner_id = null, lease_until = null, "
+            "side_effect_started_at = now(), external_request_id = 'pay-1' where id = %(id)s", "LCS07"),
+    Refusal("finish one's own call in an operator's words", A, lambda w: w.running(A),
+            "update public.tool_jobs set state = 'succeeded', result = '{}', "
+            "terminal_reason = 'marked succeeded by alice: verified' where id = %(id)s", "LCS11"),
+    Refusal("complete one's own call despite a cancel nobody asked for", A, lambda w: w.running(A),
+            "update public.tool_jobs set completed_despite_cancel = true where id = %(id)s", "LCS11"),
+    Refusal("a lease until the year 9000", A, lambda w: w.running(A),
+            "update public.tool_jobs set lease_until = '9000-01-01' where id = %(id)s", "23514"),
+    Refusal("a running call with no lease", A, lambda w: w.running(A),
+            "update public.tool_jobs set lease_until = null where id = %(id)s", "23514"),
+    Refusal("a check recorded under an old token", A, lambda w: w.running(A),
+            "update public.tool_jobs set check_found = 'not_done', check_token = fencing_token - 1, "
+            "checked_at = now() where id = %(id)s", "LCS14"),
+    Refusal("a stage enqueued by plain INSERT after its chain's cancel", A, _cancelled_chain,
+            "insert into public.tool_jobs (idempotency_key, payload, tool, parent_id) "
+            "values (gen_random_uuid()::text, '{}', 'search', %(id)s)", "LCS13"),
+    Refusal("a report of 10 MB in the journal", A, lambda w: w.running(A),
+            "insert into public.job_events (job_id, kind, actor, fencing_token, details) "
+            "select %(id)s, 'ownership_unknown', session_user, %(token)s, "
+            "jsonb_build_object('x', (select string_agg(md5(g::text), '') from generate_series(1, 330000) g))",
+            "23514"),
+    Refusal("an operator named by a zero-width space", OPERATOR, lambda w: w.queued(),
+            "select * from public.leasectl_request_cancel(%(id)s, 'queued', 0, E'\u200b', 'nameless')", "23514"),
+    Refusal("a shutdown window of NaN", OPERATOR, lambda w: {},
+            "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'alice', 'nan', 'NaN')", "23514"),
     Refusal("claim a draining agent's call by hand", A, lambda w: {**_queued_for_draining_agent(w), "who": A},
             CLAIM_AS, "LCF07"),
     # ---- privileges

@@ -48,7 +48,11 @@ def test_unterminated_quote_is_an_error():
 
 # The public contract (docs/contract.md §4): file names and their exact parameters.
 CONTRACT = {
-    "worker/enqueue": {"tool", "idempotency_key", "payload", "agent_id", "session_id", "deadline_at", "model", "provider"},
+    "worker/enqueue": {"tool", "idempotency_key", "payload", "agent_id", "session_id", "deadline_at", "model", "provider",
+                       "parent_id", "priority", "accepted_at", "trace_id"},
+    "worker/complete_and_enqueue": {"job_id", "worker_id", "fencing_token", "result", "next_tool",
+                                    "next_idempotency_key", "next_payload"},
+    "worker/record_check": {"job_id", "worker_id", "fencing_token", "found", "details"},
     "worker/claim": {"worker_id", "tools"},
     "worker/heartbeat": {"job_id", "worker_id", "fencing_token"},
     "worker/start_side_effect": {"job_id", "worker_id", "fencing_token", "external_request_id"},
@@ -74,6 +78,18 @@ CONTRACT = {
 @pytest.mark.parametrize("name", sorted(CONTRACT))
 def test_contract_files_exist_with_exact_parameters(name):
     assert set(sql.load(name).params) == CONTRACT[name]
+
+
+def test_optional_parameters_are_bound_as_null_and_the_others_stay_required():
+    enqueue = sql.load("worker/enqueue")
+    assert set(enqueue.optional) == {"parent_id", "priority", "accepted_at", "trace_id"}
+    given = dict(tool="t", idempotency_key="k", payload=None, agent_id=None, session_id=None, deadline_at=None,
+                 model=None, provider=None)
+    bound = enqueue.bind(given)
+    assert {k: bound[k] for k in enqueue.optional} == dict.fromkeys(enqueue.optional)
+    assert enqueue.bind({**given, "priority": 5})["priority"] == 5
+    with pytest.raises(QueryError, match="missing parameter.*tool"):
+        enqueue.bind({k: v for k, v in given.items() if k != "tool"})
 
 
 @pytest.mark.parametrize("name", sql.all_query_names())

@@ -1,0 +1,402 @@
+-- 0014: chains and deadlines (docs/seeds.md §000 stages, §004 deadlines and outcomes;
+-- docs/contract.md §2). Every rule here holds for any SQL a client sends:
+--
+--   chains            tool_jobs.parent_id, chain_id, stage: a call made by another belongs to its
+--                     chain, one stage further. The database sets chain_id and stage (a client's
+--                     values are overwritten), and a child's deadline is the earlier of the one
+--                     asked for and its parent's. A child of a parent that is not running or
+--                     succeeded, or of a chain with a cancel request, is refused (LCS13).
+--   a cancel reaches  once any call of a chain has a cancel request, none of its calls is
+--   the chain         claimed, reclaimed or requeued again (LCS13): no later stage, no retry.
+--   deadlines bound   a lease never runs past the call's deadline (check constraint
+--   leases            tool_jobs_lease_within_deadline: claim and heartbeat cap it; a hand-written
+--                     renewal past it is refused, 23514). tools.min_time_left_seconds: a call
+--                     with less time left than that is not started (claim.sql; the sweep ends it
+--                     saying so).
+--   checks before     a mutating_verifiable call that carries an earlier external request starts
+--   repeats           no new one until its owner recorded, under its current token and after the
+--                     last start, that the service says not_done (worker/record_check.sql;
+--                     LCS14); `unknown` sends it to outcome_unknown. Such a call whose request
+--                     went out never ends failed or cancelled without that check: it goes to
+--                     outcome_unknown and waits for a human (an operator's mark-terminal, a
+--                     human decision on the record, stands).
+--   upstream facts    accepted_at (when the request was accepted upstream, never in the
+--                     future), priority, trace_id (W3C, 32 hex digits); tools.service.
+--
+-- Heartbeats still fire no trigger and stay HOT: the new indexes are on columns a heartbeat
+-- never writes, and the new triggers fire only on the columns they judge.
+
+-- ---------------------------------------------------------------------------------------
+-- Columns. Existing calls become chains of one (chain_id = id, stage 0, accepted when created).
+
+alter table public.tools
+    add column min_time_left_seconds numeric not null default 0 check (min_time_left_seconds >= 0),
+    add column service text;
+
+comment on column public.tools.min_time_left_seconds is
+    'a call with less time than this left before its deadline is not started (nor retried)';
+comment on column public.tools.service is 'the external service the tool calls (a metrics grouping)';
+
+alter table public.tool_jobs
+    add column parent_id uuid,
+    add column chain_id uuid,
+    add column stage integer not null default 0 check (stage >= 0),
+    add column priority smallint not null default 0,
+    add column accepted_at timestamptz,
+    add column trace_id text check (trace_id ~ '^[0-9a-f]{32}$' and trace_id <> repeat('0', 32)),
+    add column checked_at timestamptz,
+    add column check_found text check (check_found in ('done', 'not_done', 'unknown')),
+    add column check_token bigint,
+    add column check_details jsonb;
+
+-- The backfill writes only the new columns, the call's own facts: the guard that refuses any
+-- change to a finished call (tool_jobs_guard_settled) is off for this one statement.
+alter table public.tool_jobs disable trigger tool_jobs_guard_settled;
+update public.tool_jobs set chain_id = id, accepted_at = created_at where chain_id is null;
+alter table public.tool_jobs enable trigger tool_jobs_guard_settled;
+alter table public.tool_jobs
+    alter column chain_id set not null,
+    alter column accepted_at set not null,
+    alter column accepted_at set default now();
+
+create index tool_jobs_chain on public.tool_jobs (chain_id, stage);
+-- small: only calls that were ever asked to stop; what "does this chain have a cancel?" reads
+create index tool_jobs_chain_cancelled on public.tool_jobs (chain_id) where cancel_requested_at is not null;
+
+-- No lease outlives its deadline. Leases granted before this migration are capped first.
+update public.tool_jobs set lease_until = deadline_at where lease_until > deadline_at;
+alter table public.tool_jobs
+    add constraint tool_jobs_lease_within_deadline check (lease_until <= deadline_at) not valid;
+alter table public.tool_jobs validate constraint tool_jobs_lease_within_deadline;
+
+-- ---------------------------------------------------------------------------------------
+-- Chain lookups. A child being enqueued and a cancel request landing on its chain meet on an
+-- advisory lock of the chain (shared by enqueues, exclusive for a cancel): the cancel either
+-- commits before the child is judged, and refuses it, or waits until the child is in, and a
+-- `cancel --chain` then sees it. Advisory, not a row lock: a transaction left open on a chain
+-- holds up that chain's enqueues and cancels, never a heartbeat.
+
+create function public.leasectl_chain_cancelled(p_chain_id uuid) returns boolean
+language sql stable set search_path = pg_catalog, public, pg_temp as $$
+    select exists (select 1 from public.tool_jobs c
+                   where c.chain_id = p_chain_id and c.cancel_requested_at is not null)
+$$;
+
+create function public.leasectl_lock_chain(p_chain_id uuid, p_exclusive boolean) returns void
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+begin
+    -- 1279476808 = 'LCCH': leasectl's chain locks, apart from the migrator's lock
+    if p_exclusive then
+        perform pg_advisory_xact_lock(1279476808, hashtext(p_chain_id::text));
+    else
+        perform pg_advisory_xact_lock_shared(1279476808, hashtext(p_chain_id::text));
+    end if;
+end $$;
+
+-- The parent's chain, stage, deadline and state, read after the chain's shared lock is taken.
+create function public.leasectl_chain_parent(p_parent_id uuid)
+returns table (chain_id uuid, stage integer, deadline_at timestamptz, state text)
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_chain uuid;
+begin
+    select j.chain_id into v_chain from public.tool_jobs j where j.id = p_parent_id;
+    if not found then
+        return;
+    end if;
+    perform public.leasectl_lock_chain(v_chain, false);
+    return query select j.chain_id, j.stage, j.deadline_at, j.state from public.tool_jobs j where j.id = p_parent_id;
+end $$;
+
+-- ---------------------------------------------------------------------------------------
+-- A new call: its chain, its stage, its deadline, its acceptance time.
+
+create function public.leasectl_chain_insert() returns trigger
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+declare
+    p record;
+begin
+    -- accepted upstream, never later than now: a future time would hide a queue wait
+    new.accepted_at := least(coalesce(new.accepted_at, now()), now());
+    if new.parent_id is null then
+        new.chain_id := new.id;
+        new.stage := 0;
+        return new;
+    end if;
+    select * into p from public.leasectl_chain_parent(new.parent_id);
+    if not found then
+        raise exception 'parent call % does not exist', new.parent_id using errcode = 'LCS13';
+    end if;
+    if p.state not in ('running', 'succeeded') then
+        raise exception 'parent call % is %: it makes no new call', new.parent_id, p.state using errcode = 'LCS13';
+    end if;
+    if public.leasectl_chain_cancelled(p.chain_id) then
+        raise exception 'chain % has a cancel request: no later stage starts', p.chain_id using errcode = 'LCS13';
+    end if;
+    new.chain_id := p.chain_id;
+    new.stage := p.stage + 1;
+    new.deadline_at := least(new.deadline_at, p.deadline_at);  -- least() passes over a null
+    return new;
+end $$;
+
+create trigger tool_jobs_chain_insert
+    before insert on public.tool_jobs
+    for each row
+    execute function public.leasectl_chain_insert();
+
+-- ---------------------------------------------------------------------------------------
+-- A change: chain membership never changes; a cancelled chain starts nothing again; a check is
+-- its owner's, now; a verifiable request is checked before it is repeated. It runs before the
+-- state guard (tool_jobs_guard_update: the names sort), which still judges every transition.
+
+create function public.leasectl_chain_guard() returns trigger
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+declare
+    v_side_effect text;
+begin
+    if new.parent_id is distinct from old.parent_id or new.chain_id <> old.chain_id or new.stage <> old.stage
+       or new.accepted_at <> old.accepted_at or new.trace_id is distinct from old.trace_id then
+        raise exception 'the chain, stage, acceptance time and trace of call % never change', old.id
+            using errcode = 'LCS05';
+    end if;
+
+    -- a grant (claim or reclaim) or a return to the queue: not in a chain asked to stop
+    if (new.state = 'running' and (old.state <> 'running' or new.fencing_token <> old.fencing_token))
+       or (new.state = 'queued' and old.state <> 'queued') then
+        if public.leasectl_chain_cancelled(new.chain_id) then
+            raise exception 'chain % of call % has a cancel request: none of its calls starts or is retried',
+                new.chain_id, old.id using errcode = 'LCS13';
+        end if;
+    end if;
+
+    -- a cancel request on a later call of a chain waits for a child being enqueued under it
+    if new.cancel_requested_at is not null and old.cancel_requested_at is null then
+        perform public.leasectl_lock_chain(new.chain_id, true);
+    end if;
+
+    -- a check: by the owner of a live lease, under its token, dated now
+    if new.checked_at is distinct from old.checked_at or new.check_found is distinct from old.check_found
+       or new.check_token is distinct from old.check_token or new.check_details is distinct from old.check_details then
+        if old.state not in ('running', 'cancel_requested') or old.lease_until is null or old.lease_until <= now()
+           or new.owner_id is distinct from old.owner_id or new.fencing_token <> old.fencing_token
+           or new.check_token is distinct from old.fencing_token or new.check_found is null then
+            raise exception 'a check of call % is recorded by its owner, under its current token, while its lease is live',
+                old.id using errcode = 'LCS14';
+        end if;
+        if not public.leasectl_is_exempt() and public.leasectl_binds_worker_identity()
+           and not public.leasectl_worker_id_bound(old.owner_id) then
+            raise exception 'call % is not yours to check', old.id using errcode = 'LCS14';
+        end if;
+        new.checked_at := now();
+        if new.check_found = 'unknown' then
+            -- nobody can say whether it happened: a human decides
+            new.state := 'outcome_unknown';
+            new.lease_until := null;
+        end if;
+    end if;
+
+    -- a new start while an earlier request is on the call
+    if new.side_effect_started_at is not null
+       and new.side_effect_started_at is distinct from old.side_effect_started_at
+       and old.external_request_id is not null then
+        select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
+        if v_side_effect = 'mutating_verifiable'
+           and not coalesce(old.check_found = 'not_done' and old.check_token = old.fencing_token
+                            and old.checked_at >= coalesce(old.side_effect_started_at, '-infinity'), false) then
+            raise exception 'call % carries request %: ask the service first (worker/record_check.sql), then start again',
+                old.id, old.external_request_id using errcode = 'LCS14';
+        end if;
+    end if;
+    return new;
+end $$;
+
+create trigger tool_jobs_chain_guard
+    before update of state, fencing_token, parent_id, chain_id, stage, accepted_at, trace_id,
+                     cancel_requested_at, side_effect_started_at, checked_at, check_found, check_token,
+                     check_details
+    on public.tool_jobs
+    for each row
+    execute function public.leasectl_chain_guard();
+
+-- ---------------------------------------------------------------------------------------
+-- A verifiable request that went out and was never checked is not "not done": failed or
+-- cancelled becomes outcome_unknown. It runs after the state guard (the names sort), which has
+-- judged the transition the client asked for; this only turns an ending into a human's question.
+
+create function public.leasectl_unchecked_request_end() returns trigger
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+declare
+    v_side_effect text;
+begin
+    select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
+    if v_side_effect is distinct from 'mutating_verifiable'
+       or coalesce(old.check_found = 'not_done' and old.checked_at >= old.side_effect_started_at, false) then
+        return new;
+    end if;
+    -- an operator's mark-terminal is a human's decision on the record (journaled just before)
+    if exists (select 1 from public.job_events e
+               where e.job_id = old.id and e.kind = 'operator_mark_terminal' and e.at = now()
+                 and e.state_to = new.state and e.details ->> 'outcome' = 'applied') then
+        return new;
+    end if;
+    new.error := coalesce(new.error, '{}'::jsonb) || jsonb_build_object(
+        'unchecked_request', old.external_request_id,
+        'would_have_ended', new.state,
+        'because', coalesce(new.terminal_reason, 'no reason given'));
+    new.state := 'outcome_unknown';
+    new.finished_at := null;
+    new.lease_until := null;
+    new.terminal_reason := null;
+    return new;
+end $$;
+
+create trigger tool_jobs_unchecked_request_end
+    before update of state on public.tool_jobs
+    for each row
+    when (new.state in ('failed', 'cancelled') and old.state in ('queued', 'running', 'cancel_requested')
+          and old.side_effect_started_at is not null)
+    execute function public.leasectl_unchecked_request_end();
+
+-- ---------------------------------------------------------------------------------------
+-- The check's journal row, and nobody else's: side_effect_checked is the database's kind.
+
+create function public.leasectl_journal_check() returns trigger
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
+begin
+    insert into public.job_events (job_id, at, kind, actor, fencing_token, state_from, state_to,
+                                   owner_from, owner_to, lease_until, details)
+    values (new.id, now(), 'side_effect_checked', new.owner_id, new.check_token, old.state, new.state,
+            new.owner_id, new.owner_id, new.lease_until,
+            jsonb_strip_nulls(jsonb_build_object('found', new.check_found,
+                                                 'external_request_id', old.external_request_id,
+                                                 'details', new.check_details)));
+    return null;
+end $$;
+
+create trigger tool_jobs_journal_check
+    after update of checked_at on public.tool_jobs
+    for each row
+    when (new.checked_at is distinct from old.checked_at)
+    execute function public.leasectl_journal_check();
+
+create function public.leasectl_job_events_check_kind() returns trigger
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+begin
+    if not public.leasectl_is_exempt() then
+        raise exception 'event kind side_effect_checked is written by the database itself (worker/record_check.sql)'
+            using errcode = 'LCH02';
+    end if;
+    return new;
+end $$;
+
+create trigger job_events_check_kind
+    before insert on public.job_events
+    for each row
+    when (new.kind = 'side_effect_checked')
+    execute function public.leasectl_job_events_check_kind();
+
+-- ---------------------------------------------------------------------------------------
+-- Enqueue with the chain's parameters; the eight-parameter form stays for workers not upgraded.
+-- A refused child (parent not running or succeeded, chain cancelled) is zero rows, not an error.
+
+create function public.leasectl_enqueue(p_tool text, p_idempotency_key text, p_payload jsonb, p_agent_id text,
+                                        p_session_id text, p_deadline_at timestamptz, p_model text,
+                                        p_provider text, p_parent_id uuid, p_priority smallint,
+                                        p_accepted_at timestamptz, p_trace_id text)
+returns table (id uuid, state text, fencing_token bigint, tool text, payload_hash text, created boolean)
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
+#variable_conflict use_column
+declare
+    p record;
+begin
+    if p_parent_id is not null then
+        select * into p from public.leasectl_chain_parent(p_parent_id);
+        if not found or p.state not in ('running', 'succeeded') or public.leasectl_chain_cancelled(p.chain_id) then
+            -- the same key enqueued before the refusal is still that call
+            return query select j.id, j.state, j.fencing_token, j.tool, j.payload_hash, false
+                         from public.tool_jobs j where j.idempotency_key = p_idempotency_key;
+            return;
+        end if;
+    end if;
+    return query
+    with agent as (
+        select a.state from public.agents a where a.id = p_agent_id for share
+    )
+    insert into public.tool_jobs as j (tool, idempotency_key, payload, agent_id, session_id,
+                                       deadline_at, model, provider, parent_id, priority, accepted_at,
+                                       trace_id)
+    select p_tool, p_idempotency_key, p_payload, p_agent_id, p_session_id, p_deadline_at, p_model,
+           p_provider, p_parent_id, coalesce(p_priority, 0), coalesce(p_accepted_at, now()), p_trace_id
+    where not exists (select 1 from agent where agent.state <> 'running')
+    on conflict (idempotency_key) do update set idempotency_key = excluded.idempotency_key
+    returning j.id, j.state, j.fencing_token, j.tool, j.payload_hash, (j.xmax = 0);
+end $$;
+
+revoke all on function public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text, uuid,
+                                               smallint, timestamptz, text) from public;
+
+-- ---------------------------------------------------------------------------------------
+-- Lease health: a running call past its deadline is `past_deadline` (before lease_expired: its
+-- lease ended with the deadline, and no retry will start).
+
+create function public.leasectl_job_health(
+    p_state text, p_lease_until timestamptz, p_heartbeat_at timestamptz,
+    p_cancel_requested_at timestamptz, p_claimed_at timestamptz,
+    p_late_before timestamptz, p_unheard_before timestamptz, p_stage_before timestamptz,
+    p_recent_rejection boolean, p_now timestamptz, p_deadline_at timestamptz
+) returns text
+language sql immutable parallel safe as $$
+    select case
+        when p_state operator(pg_catalog.=) 'running' or p_state operator(pg_catalog.=) 'cancel_requested' then
+            case when p_deadline_at operator(pg_catalog.<=) p_now then 'past_deadline'
+                 else public.leasectl_job_health(p_state, p_lease_until, p_heartbeat_at, p_cancel_requested_at,
+                                                 p_claimed_at, p_late_before, p_unheard_before, p_stage_before,
+                                                 p_recent_rejection, p_now) end
+        else public.leasectl_job_health(p_state, p_lease_until, p_heartbeat_at, p_cancel_requested_at,
+                                        p_claimed_at, p_late_before, p_unheard_before, p_stage_before,
+                                        p_recent_rejection, p_now) end
+$$;
+
+create or replace function public.leasectl_health_rank(p_health text) returns integer
+language sql immutable parallel safe as $$
+    select case p_health
+        when 'outcome_unknown' then 0 when 'past_deadline' then 1 when 'lease_expired' then 1
+        when 'cancel_unheard' then 2 when 'zombie' then 3 when 'heartbeat_late' then 4
+        when 'over_stage_timeout' then 5
+        else 9 end
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Who may write the new columns: a worker its checks (the guard above says when); nobody the
+-- chain's facts, which the database sets.
+
+do $$
+begin
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_worker') then
+        grant update (checked_at, check_found, check_token, check_details) on public.tool_jobs to leasectl_worker;
+        grant execute on function public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text,
+                                                          uuid, smallint, timestamptz, text) to leasectl_worker;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_operator') then
+        grant execute on function public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text,
+                                                          uuid, smallint, timestamptz, text) to leasectl_operator;
+    end if;
+    -- run as the role the guards recognise (the tables' owner), as 0005's functions do
+    if (select proowner from pg_catalog.pg_proc
+        where oid = 'public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text, uuid, smallint, timestamptz, text)'::regprocedure)
+       <> (select relowner from pg_catalog.pg_class where oid = 'public.job_events'::regclass) then
+        begin
+            execute format('alter function public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text, uuid, smallint, timestamptz, text) owner to %I',
+                           public.leasectl_schema_owner());
+            execute format('alter function public.leasectl_journal_check() owner to %I', public.leasectl_schema_owner());
+        exception
+            when insufficient_privilege then
+                raise notice 'leasectl: % may not give the chain functions to %', current_user,
+                    public.leasectl_schema_owner();
+        end;
+    end if;
+end $$;
+
+insert into leasectl_migrations (version, name) values (14, '0014_chains')
+on conflict (version) do nothing;

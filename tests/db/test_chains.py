@@ -1,0 +1,306 @@
+"""Chains and deadlines, held by the database whatever SQL a client sends (migration 0014):
+a child inherits its parent's chain and deadline; no lease outlives the deadline; a cancel reaches
+the chain; a verifiable request is checked before it is repeated, and never silently "not done"."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from console.db.connect import run, run_one
+from tests.helpers import (
+    FAST,
+    approve,
+    as_login,
+    cancel,
+    claim,
+    complete,
+    enqueue,
+    ensure_login,
+    events,
+    expire_lease,
+    fail,
+    heartbeat,
+    job,
+    mark_terminal,
+    register_tool,
+    start_side_effect,
+    sweep,
+)
+
+WORKER = "lc_chain_worker"
+
+
+@pytest.fixture
+def conn(db):
+    with db.connect() as c:
+        register_tool(c, "search", "read_only", **FAST)
+        register_tool(c, "erp", "mutating_verifiable", **{**FAST, "max_attempts": 2})
+        yield c
+
+
+def now(conn) -> object:
+    return conn.execute("select now() as t").fetchone()["t"]
+
+
+def child(conn, parent: dict, tool: str = "search", **kw) -> dict | None:
+    return run_one(conn, "worker/enqueue", tool=tool, idempotency_key=f"k-{uuid.uuid4().hex}",
+                   payload=Jsonb({"n": 2}), agent_id=None, session_id=None, deadline_at=kw.pop("deadline_at", None),
+                   model=None, provider=None, parent_id=parent["id"], **kw)
+
+
+def record_check(conn, call: dict, worker: str, found: str, details: dict | None = None) -> dict | None:
+    return run_one(conn, "worker/record_check", job_id=call["id"], worker_id=worker,
+                   fencing_token=call["fencing_token"], found=found, details=Jsonb(details or {}))
+
+
+# ----------------------------------------------------------------------------- chains
+
+
+def test_a_first_call_is_a_chain_of_one_and_its_child_is_the_next_stage(conn):
+    first = enqueue(conn, "search", deadline_at=now(conn) + timedelta(minutes=5))
+    assert claim(conn, "w1", ["search"])["id"] == first["id"]
+    second = child(conn, first)
+    a, b = (conn.execute("select * from tool_jobs where id = %s", (c["id"],)).fetchone() for c in (first, second))
+    assert (a["chain_id"], a["stage"], a["parent_id"]) == (first["id"], 0, None)
+    assert (b["chain_id"], b["stage"], b["parent_id"]) == (first["id"], 1, first["id"])
+    assert b["deadline_at"] == a["deadline_at"], "a child without a deadline of its own gets its parent's"
+
+
+def test_a_plain_insert_cannot_give_a_child_a_later_deadline_or_another_chain(db, pg_server, conn):
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+    deadline = now(conn) + timedelta(minutes=1)
+    parent = enqueue(conn, "search", deadline_at=deadline)
+    claim(conn, "w1", ["search"])
+    with as_login(db, WORKER) as w:
+        made = w.execute(
+            "insert into tool_jobs (idempotency_key, payload, tool, parent_id, chain_id, stage, deadline_at) "
+            "values (%s, '{}', 'search', %s, gen_random_uuid(), 42, now() + interval '1 day') "
+            "returning id, chain_id, stage, deadline_at",
+            (f"k-{uuid.uuid4().hex}", parent["id"])).fetchone()
+    assert (made["chain_id"], made["stage"]) == (parent["id"], 1), "the database sets chain and stage"
+    assert made["deadline_at"] == deadline, "the earlier of the one asked for and the parent's"
+
+
+def test_a_child_of_a_parent_that_is_not_running_or_succeeded_is_refused(conn):
+    parent = enqueue(conn, "search")
+    assert child(conn, parent) is None, "a queued parent makes no call: enqueue.sql answers zero rows"
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute("insert into tool_jobs (idempotency_key, payload, tool, parent_id) values (%s, '{}', 'search', %s)",
+                     (f"k-{uuid.uuid4().hex}", parent["id"]))
+    assert refused.value.sqlstate == "LCS13"
+
+
+def test_chain_membership_never_changes(conn):
+    first = enqueue(conn, "search")
+    for column, value in (("chain_id", uuid.uuid4()), ("stage", 3), ("parent_id", uuid.uuid4())):
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute(f"update tool_jobs set {column} = %s where id = %s", (value, first["id"]))
+        assert refused.value.sqlstate == "LCS05", column
+
+
+# ----------------------------------------------------------------------------- a cancel reaches the chain
+
+
+def test_no_stage_is_enqueued_after_a_cancel_of_the_chain(conn):
+    first = enqueue(conn, "search")
+    c = claim(conn, "w1", ["search"])
+    assert cancel(conn, first["id"], "running", c["fencing_token"]) is not None
+    assert child(conn, first) is None, "enqueue.sql: zero rows"
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute("insert into tool_jobs (idempotency_key, payload, tool, parent_id) values (%s, '{}', 'search', %s)",
+                     (f"k-{uuid.uuid4().hex}", first["id"]))
+    assert refused.value.sqlstate == "LCS13"
+    # complete_and_enqueue: the stage's own result stands (completed despite the cancel), no next stage
+    done = run_one(conn, "worker/complete_and_enqueue", job_id=c["id"], worker_id="w1",
+                   fencing_token=c["fencing_token"], result=Jsonb({"ok": 1}), next_tool="search",
+                   next_idempotency_key=f"k-{uuid.uuid4().hex}", next_payload=Jsonb({}))
+    assert done is not None and done["completed_despite_cancel"] and done["next_id"] is None
+
+
+def test_a_cancel_stops_the_retries_of_every_call_of_the_chain(conn):
+    first = enqueue(conn, "search")
+    c1 = claim(conn, "w1", ["search"])
+    second = child(conn, first)
+    c2 = claim(conn, "w2", ["search"])
+    assert c2["id"] == second["id"]
+    assert cancel(conn, first["id"], "running", c1["fencing_token"]) is not None
+    failed = fail(conn, c2, "w2", retryable=True)
+    assert failed["state"] == "failed" and "cancel request" in failed["terminal_reason"]
+    with pytest.raises(psycopg.Error) as refused:  # a requeue by hand
+        conn.execute("update tool_jobs set state = 'queued', owner_id = null, lease_until = null where id = %s",
+                     (first["id"],))
+    assert refused.value.sqlstate in ("LCS13", "LCS01")
+
+
+def test_a_queued_stage_of_a_cancelled_chain_is_never_claimed_and_the_sweep_cancels_it(conn):
+    first = enqueue(conn, "search")
+    c1 = claim(conn, "w1", ["search"])
+    second = child(conn, first)
+    assert cancel(conn, first["id"], "running", c1["fencing_token"]) is not None
+    assert claim(conn, "w2", ["search"]) is None
+    swept = {r["id"]: r for r in sweep(conn)}
+    assert swept[second["id"]]["state_to"] == "cancelled"
+
+
+def test_two_workers_racing_complete_and_enqueue_make_one_next_stage(db, conn):
+    first = enqueue(conn, "search")
+    c = claim(conn, "w1", ["search"])
+    expire_lease(conn, c["id"])
+    reclaimed = claim(conn, "w2", ["search"])
+    assert reclaimed["id"] == first["id"]
+    key = f"next-{uuid.uuid4().hex}"
+    answers: dict[str, dict | None] = {}
+    barrier = threading.Barrier(2)
+
+    def finish(worker: str, token: int) -> None:
+        with db.connect() as mine:
+            barrier.wait()
+            answers[worker] = run_one(mine, "worker/complete_and_enqueue", job_id=first["id"], worker_id=worker,
+                                      fencing_token=token, result=Jsonb({"by": worker}), next_tool="search",
+                                      next_idempotency_key=key, next_payload=Jsonb({}))
+
+    threads = [threading.Thread(target=finish, args=("w1", c["fencing_token"])),
+               threading.Thread(target=finish, args=("w2", reclaimed["fencing_token"]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert answers["w1"] is None, "the stale owner's result is rejected and nothing is enqueued"
+    assert answers["w2"] is not None and answers["w2"]["next_id"] is not None
+    stages = conn.execute("select id, stage from tool_jobs where chain_id = %s order by stage", (first["id"],)).fetchall()
+    assert [s["stage"] for s in stages] == [0, 1]
+
+
+# ----------------------------------------------------------------------------- deadlines
+
+
+def test_no_lease_outlives_the_deadline_even_a_hand_written_one(db, pg_server, conn):
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+    register_tool(conn, "slow", "read_only", lease_seconds=60, heartbeat_seconds=10, missed_heartbeats=2,
+                  jitter_seconds=5)
+    enqueue(conn, "slow", deadline_at=now(conn) + timedelta(seconds=20))
+    with as_login(db, WORKER) as w:
+        c = claim(w, WORKER, ["slow"])
+        assert c["lease_until"] == c["deadline_at"], "a 60 s lease is cut at the deadline, 20 s away"
+        beat = heartbeat(w, c, WORKER)
+        assert beat["lease_until"] == c["deadline_at"]
+        with pytest.raises(psycopg.Error) as refused:
+            w.execute("update tool_jobs set lease_until = deadline_at + interval '1 hour' where id = %s", (c["id"],))
+        assert refused.value.sqlstate == "23514"
+
+
+def test_a_call_with_too_little_time_left_is_not_started_and_the_sweep_says_why(conn):
+    conn.execute("update tools set min_time_left_seconds = 60 where name = 'search'")
+    late = enqueue(conn, "search", deadline_at=now(conn) + timedelta(seconds=30))
+    assert claim(conn, "w1", ["search"]) is None
+    swept = {r["id"]: r for r in sweep(conn)}
+    assert swept[late["id"]]["state_to"] == "failed"
+    assert "not enough time left" in swept[late["id"]]["reason"]
+
+
+def test_a_running_call_past_its_deadline_reads_past_deadline(conn):
+    enqueue(conn, "search", deadline_at=now(conn) + timedelta(seconds=1))
+    c = claim(conn, "w1", ["search"])
+    time.sleep(1.2)
+    health = conn.execute(
+        "select leasectl_job_health(state, lease_until, heartbeat_at, cancel_requested_at, claimed_at, now(), now(),"
+        " now(), false, now(), deadline_at) as h from tool_jobs where id = %s", (c["id"],)).fetchone()["h"]
+    assert health == "past_deadline"
+
+
+# ----------------------------------------------------------------------------- verifiable side effects
+
+
+def _verifiable_call_whose_request_went_out(conn) -> tuple[dict, dict]:
+    """erp call: attempt 1 started a request and lost its answer; attempt 2 holds it now."""
+    enqueue(conn, "erp")
+    first = claim(conn, "w1", ["erp"])
+    assert start_side_effect(conn, first, "w1", "req-1") is not None
+    expire_lease(conn, first["id"])
+    second = claim(conn, "w2", ["erp"])
+    assert second["id"] == first["id"] and second["external_request_id"] == "req-1"
+    return first, second
+
+
+def test_a_repeat_of_a_verifiable_request_waits_for_a_check(conn):
+    _, second = _verifiable_call_whose_request_went_out(conn)
+    assert start_side_effect(conn, second, "w2", "req-2") is None, "zero rows: ask the service first"
+    with pytest.raises(psycopg.Error) as refused:  # the same start written by hand
+        conn.execute("update tool_jobs set side_effect_started_at = now(), external_request_id = 'req-2' "
+                     "where id = %s", (second["id"],))
+    assert refused.value.sqlstate == "LCS14"
+    checked = record_check(conn, second, "w2", "not_done", {"erp": "no such order"})
+    assert checked["check_found"] == "not_done"
+    assert start_side_effect(conn, second, "w2", "req-2") is not None
+    assert start_side_effect(conn, second, "w2", "req-3") is None, "a second start needs a second check"
+    checks = [e for e in events(conn, second["id"]) if e["kind"] == "side_effect_checked"]
+    assert [(e["details"]["found"], e["details"]["external_request_id"], e["actor"]) for e in checks] == [
+        ("not_done", "req-1", "w2")]
+
+
+def test_a_check_that_cannot_tell_sends_the_call_to_a_human(conn):
+    _, second = _verifiable_call_whose_request_went_out(conn)
+    assert record_check(conn, second, "w2", "unknown")["state"] == "outcome_unknown"
+
+
+def test_a_check_is_recorded_only_by_the_owner_under_its_token(db, pg_server, conn):
+    first, second = _verifiable_call_whose_request_went_out(conn)
+    assert record_check(conn, first, "w1", "not_done") is None, "the old owner: zero rows"
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute("update tool_jobs set check_found = 'not_done', check_token = fencing_token - 1, "
+                     "checked_at = now() where id = %s", (second["id"],))
+    assert refused.value.sqlstate == "LCS14"
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+    with as_login(db, WORKER) as w, pytest.raises(psycopg.Error) as forged:
+        w.execute("insert into job_events (job_id, kind, actor, fencing_token, details) "
+                  "values (%s, 'side_effect_checked', %s, %s, '{\"found\": \"not_done\"}')",
+                  (second["id"], WORKER, second["fencing_token"]))
+    assert forged.value.sqlstate == "LCH02", "the database alone journals a check"
+
+
+def test_a_verifiable_call_out_of_attempts_after_its_request_went_out_is_unknown_not_failed(conn):
+    _, second = _verifiable_call_whose_request_went_out(conn)  # max_attempts = 2: this is the last
+    ended = fail(conn, second, "w2", retryable=True)
+    assert ended["state"] == "outcome_unknown"
+    after = job(conn, second["id"])
+    assert after["finished_at"] is None and after["error"]["unchecked_request"] == "req-1"
+
+
+def test_a_verifiable_call_whose_request_went_out_is_unknown_when_cancelled_or_swept(conn):
+    enqueue(conn, "erp", deadline_at=now(conn) + timedelta(seconds=2))
+    c = claim(conn, "w1", ["erp"])
+    start_side_effect(conn, c, "w1", "req-9")
+    cancel(conn, c["id"], "running", c["fencing_token"])
+    expire_lease(conn, c["id"])
+    swept = {r["id"]: r for r in sweep(conn)}
+    assert swept[c["id"]]["state_to"] == "outcome_unknown", "a cancel pending does not make it 'not done'"
+
+
+def test_an_operators_mark_terminal_is_a_human_decision_and_stands(conn):
+    _, second = _verifiable_call_whose_request_went_out(conn)
+    expire_lease(conn, second["id"])
+    marked = mark_terminal(conn, second["id"], "running", second["fencing_token"], "failed")
+    assert marked is not None and job(conn, second["id"])["state"] == "failed"
+
+
+def test_a_check_after_an_approved_retry_is_asked_again(conn):
+    _, second = _verifiable_call_whose_request_went_out(conn)
+    assert record_check(conn, second, "w2", "unknown")["state"] == "outcome_unknown"
+    approve(conn, second["id"], "outcome_unknown", second["fencing_token"], operator="alice")
+    third = claim(conn, "w3", ["erp"])
+    assert third["id"] == second["id"]
+    assert start_side_effect(conn, third, "w3", "req-4") is None, "the old check was under another token"
+    record_check(conn, third, "w3", "not_done")
+    assert start_side_effect(conn, third, "w3", "req-4") is not None
+    assert complete(conn, third, "w3") is not None
+    assert run(conn, "supervisor/sweep") == []
