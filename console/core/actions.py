@@ -73,6 +73,10 @@ class ActionSpec:
     # the console's key for it (on a call, or on the marked calls) and the CLI's command
     binding: str = ""
     command: str = ""
+    # it may be asked of a whole chain (`--chain`): every unfinished call of the call's chain, as a
+    # bulk action over the filter `chain:<first call>` (docs/seeds.md §004: a cancel reaches the
+    # chain's later stages and retries)
+    reaches_chain: bool = False
 
     @property
     def journal_kind(self) -> str:
@@ -132,6 +136,7 @@ ACTIONS: Mapping[str, ActionSpec] = _table(
         words="cancel",
         binding="c",
         command="cancel",
+        reaches_chain=True,
     ),
     # docs/seeds.md §000.14, §004.11: closed by a human after checking outside; force fences a
     # live owner out (§000.11)

@@ -304,3 +304,31 @@ def test_a_check_after_an_approved_retry_is_asked_again(conn):
     assert start_side_effect(conn, third, "w3", "req-4") is not None
     assert complete(conn, third, "w3") is not None
     assert run(conn, "supervisor/sweep") == []
+
+
+# ----------------------------------------------------------------------------- leasectl cancel --chain
+
+
+def test_cancel_chain_asks_every_unfinished_call_of_the_chain_like_a_bulk_action(db, conn):
+    from tests.helpers import cli_invoker
+
+    first = enqueue(conn, "search")
+    c1 = claim(conn, "w1", ["search"])
+    done = run_one(conn, "worker/complete_and_enqueue", job_id=c1["id"], worker_id="w1",
+                   fencing_token=c1["fencing_token"], result=Jsonb({"ok": 1}), next_tool="search",
+                   next_idempotency_key=f"k-{uuid.uuid4().hex}", next_payload=Jsonb({}))
+    second = claim(conn, "w2", ["search"])
+    assert second["id"] == done["next_id"]
+    third = child(conn, second)
+    invoke = cli_invoker(db.dsn, "alice")
+    refused = invoke("cancel", str(third["id"]), "--chain", "--reason", "user left", input="no\n")
+    assert refused.exit_code == 2, refused.output
+    assert job(conn, third["id"])["state"] == "queued", "not confirmed: nothing changed"
+    result = invoke("cancel", str(third["id"])[:8], "--chain", "--reason", "user left", "--yes")
+    assert result.exit_code == 3, result.output  # the finished first stage is skipped, and says so
+    states = {r["id"]: r["state"] for r in conn.execute("select id, state from tool_jobs where chain_id = %s",
+                                                         (first["id"],))}
+    assert states == {first["id"]: "succeeded", second["id"]: "cancel_requested", third["id"]: "cancelled"}
+    assert child(conn, second) is None, "and no later stage starts"
+    both = invoke("cancel", str(third["id"]), "--chain", "--where", "state:queued", "--reason", "x", "--yes")
+    assert both.exit_code == 2 and "--chain" in both.output

@@ -133,8 +133,18 @@ def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None
 
 
 def _act(action: str, job: str | None, where: str | None, reason: str, token: int | None, operator: str | None,
-         yes: bool, dsn: str | None, **choices: object) -> None:
+         yes: bool, dsn: str | None, chain: bool = False, **choices: object) -> None:
     spec = action_named(action)
+    if chain:
+        if job is None or where is not None or token is not None:
+            raise BadInput("--chain takes one call (JOB): the action then goes to every unfinished call of its "
+                           "chain, without --where or --token")
+        with connect_for_acting(dsn, spec.command) as conn:
+            current = reads.job(conn, reads.resolve(conn, job))
+        if current is None:
+            raise BadInput(f"no call {job}")
+        where = f"chain:{current.chain_id}"
+        job = None
     if not reason.strip():
         raise BadInput("--reason must not be empty: it is journaled with the action")
     if job is not None and where is not None:
@@ -196,6 +206,8 @@ def _bulk(spec: ActionSpec, where: str, reason: str, operator: str | None, yes: 
 # [--where F] [--token N] [--operator O] [--yes] [--dsn D]`, its help from its words.
 
 AsOption = Annotated[str, typer.Option("--as", help="succeeded, failed or cancelled", show_default=False)]
+ChainOption = Annotated[bool, typer.Option("--chain", help="Every unfinished call of JOB's chain (its earlier "
+                                                           "and later stages), asked like --where")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Even if the owner holds a live lease: fences it "
                                                            "out (its heartbeat and result are rejected)")]
 
@@ -228,9 +240,11 @@ def action_command(spec: ActionSpec) -> Any:
             parameter, _annotation, _default, check = CHOICE_OPTIONS[choice]
             choices[choice] = check(given.pop(parameter))
         _act(spec.name, given["job"], given["where"], given["reason"], given["token"], given["operator"],
-             given["yes"], given["dsn"], **choices)
+             given["yes"], given["dsn"], chain=given.get("chain", False), **choices)
 
     own = tuple(CHOICE_OPTIONS[choice][:3] for choice in spec.params)
+    if spec.reaches_chain:
+        own += (("chain", ChainOption, False),)
     parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation,
                                     default=default)
                   for name, annotation, default in (*BEFORE_CHOICES, *own, *AFTER_CHOICES)]
