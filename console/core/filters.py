@@ -2,6 +2,7 @@
 
     state:running tool:web_search owner:w-3 agent:planner-1 key:report:42: id:8f1b
     health:zombie model:gpt-5.1 provider:openai class:unverifiable
+    chain:8f1b parent:3c2a session:s-9 trace:4bf92f35 priority:5
 
 A bare word is a state, a lease-health label or an id prefix (hex); anything else must name its
 key. An unknown key is an error that shows the grammar: a filter that silently matched nothing
@@ -45,6 +46,12 @@ KEYS: dict[str, tuple[str, str]] = {
     "model": ("model", "the model that asked (gpt-5.1)"),
     "provider": ("provider", "the model's provider (openai)"),
     "class": ("side_effect", "read_only, verifiable or unverifiable"),
+    # a chain (docs/seeds.md §000 stages; migration 0014): ids as id: takes them, a prefix selecting a range
+    "chain": ("chain_prefix", "the calls of a chain: its first call's id or a prefix (hex)"),
+    "parent": ("parent_prefix", "the calls a call made: its id or a prefix (hex)"),
+    "session": ("session", "the agent's session"),
+    "trace": ("trace_prefix", "a W3C trace id (32 hex digits) or a prefix"),
+    "priority": ("priority", "a priority, exactly: an integer (higher is claimed first)"),
     "at": ("at", "an instant of the past, to see every call as it was then (2026-12-03T02:13Z, 2h)"),
 }
 _HEX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
@@ -71,6 +78,11 @@ class JobFilter(BaseModel):
     model: str | None = None
     provider: str | None = None
     side_effect: str | None = None
+    chain_prefix: str | None = None
+    parent_prefix: str | None = None
+    session: str | None = None
+    trace_prefix: str | None = None
+    priority: int | None = None
     at: str | None = None  # as typed; resolved against the database's clock by whoever reads the past
 
     @field_validator("at")
@@ -96,21 +108,46 @@ class JobFilter(BaseModel):
                              "(read_only, verifiable or unverifiable)")
         return SIDE_EFFECTS[value] if value is not None else None
 
-    @field_validator("id_prefix")
+    @field_validator("id_prefix", "chain_prefix", "parent_prefix")
     @classmethod
     def _hex(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9a-fA-F-]{1,36}", value):
             raise ValueError(f"'{sanitize(value, max_chars=60)}' is not an id prefix (hex digits)")
         return value.lower().replace("-", "") if value is not None else None
 
+    @field_validator("trace_prefix")
+    @classmethod
+    def _trace(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{1,32}", value):
+            raise ValueError(f"'{sanitize(value, max_chars=60)}' is not a trace id or a prefix of one "
+                             "(at most 32 hex digits)")
+        return value.lower() if value is not None else None
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, value: object) -> object:
+        # exact: no key of the grammar compares (priority:>0 is refused, not read as text)
+        if isinstance(value, str):
+            if not re.fullmatch(r"[+-]?[0-9]{1,6}", value.strip()):
+                raise ValueError(f"priority '{sanitize(value, max_chars=60)}' is not an integer (the grammar "
+                                 "matches exactly: priority:5)")
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and not -32768 <= value <= 32767:
+            raise ValueError(f"priority {value} is out of range (-32768 to 32767)")
+        return value
+
+    def _given(self) -> dict[str, object]:
+        """The fields that filter (priority 0 does: a value, not a blank)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None and v != ""}
+
     @property
     def empty(self) -> bool:
-        return not any(self.model_dump().values())
+        return not self._given()
 
     def describe(self) -> str:
         """The filter in its own grammar (what the screen shows as active)."""
         by_field = {field: key for key, (field, _) in KEYS.items()}
-        return " ".join(f"{by_field[k]}:{v}" for k, v in self.model_dump().items() if v)
+        return " ".join(f"{by_field[k]}:{v}" for k, v in self._given().items())
 
     def now(self) -> JobFilter:
         """The same filter without `at:` (what is true now)."""
@@ -120,9 +157,14 @@ class JobFilter(BaseModel):
         """The parameters every statement that filters calls takes (queries/views/jobs.sql,
         queries/audit/jobs_at.sql): the grammar is parsed here, once; the SQL never parses it."""
         low, high = id_range(self.id_prefix) if self.id_prefix else (None, None)
+        chain_low, chain_high = id_range(self.chain_prefix) if self.chain_prefix else (None, None)
+        parent_low, parent_high = id_range(self.parent_prefix) if self.parent_prefix else (None, None)
         return {"state": self.state, "tool": self.tool, "owner": self.owner, "agent": self.agent,
                 "key_prefix": self.key_prefix, "id_low": low, "id_high": high, "health": self.health,
-                "model": self.model, "provider": self.provider, "side_effect": self.side_effect}
+                "model": self.model, "provider": self.provider, "side_effect": self.side_effect,
+                "chain_low": chain_low, "chain_high": chain_high, "parent_low": parent_low,
+                "parent_high": parent_high, "session": self.session, "trace_prefix": self.trace_prefix,
+                "priority": self.priority}
 
     def merged(self, other: JobFilter) -> JobFilter:
         """Both filters at once (`jobs --where ... --tool ...`); a key both give differently is bad
@@ -147,7 +189,15 @@ class JobFilter(BaseModel):
                 and (self.health is None or job.health == self.health)
                 and (self.model is None or job.model == self.model)
                 and (self.provider is None or job.provider == self.provider)
-                and (self.side_effect is None or job.side_effect == self.side_effect))
+                and (self.side_effect is None or job.side_effect == self.side_effect)
+                and (self.chain_prefix is None
+                     or (job.chain_id is not None and job.chain_id.hex.startswith(self.chain_prefix)))
+                and (self.parent_prefix is None
+                     or (job.parent_id is not None and job.parent_id.hex.startswith(self.parent_prefix)))
+                and (self.session is None or job.session_id == self.session)
+                and (self.trace_prefix is None
+                     or (job.trace_id is not None and job.trace_id.startswith(self.trace_prefix)))
+                and (self.priority is None or job.priority == self.priority))
 
 
 def parse_filter(text: str) -> JobFilter:

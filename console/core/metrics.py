@@ -14,16 +14,20 @@ from pydantic import BaseModel, ConfigDict
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
 
-By = Literal["tool", "model", "provider"]
-BYS: tuple[str, ...] = get_args(By)
+# service: the external service a tool calls (tools.service, migration 0014; docs/seeds.md §000)
+By = Literal["tool", "model", "provider", "service"]
+REPORT_BYS: tuple[str, ...] = get_args(By)  # what `leasectl metrics --by` takes
+# what screen 7's `b` cycles through: each is a key of the filter grammar, so `enter` opens Calls
+# filtered to the group (the grammar has no service key: a service is several tools)
+BYS: tuple[str, ...] = ("tool", "model", "provider")
 DEFAULT_WINDOW_SECONDS = 3600.0
 SPARK_MINUTES = 60
 
 
 def check_by(value: str) -> By:
-    """`--by`: tool, model or provider; anything else is bad input (exit 2)."""
-    if value not in BYS:
-        raise BadInput(f"--by '{sanitize(value, max_chars=40)}': use tool, model or provider")
+    """`--by`: tool, model, provider or service; anything else is bad input (exit 2)."""
+    if value not in REPORT_BYS:
+        raise BadInput(f"--by '{sanitize(value, max_chars=40)}': use tool, model, provider or service")
     return value  # type: ignore[return-value]
 
 
@@ -37,7 +41,8 @@ class Quantiles(Row):
 
 
 class MetricsGroup(Row):
-    """One group (a tool, a model or a provider): the contract's keys, in the contract's order."""
+    """One group (a tool, a model, a provider or a service): the contract's keys, in the contract's
+    order (accept_wait_seconds and past_deadline: docs/seeds.md §000 and §004, migration 0014)."""
 
     key: str | None
     running: int = 0
@@ -49,8 +54,10 @@ class MetricsGroup(Row):
     stale_writes_rejected: int = 0
     queue_wait_seconds: Quantiles = Quantiles()
     start_confirm_seconds: Quantiles = Quantiles()
+    accept_wait_seconds: Quantiles = Quantiles()  # from acceptance upstream (accepted_at) to the claim
     cancel_unheard: int = 0
     outcome_unknown: int = 0
+    past_deadline: int = 0  # running (or asked to cancel) past the call's deadline
     lock_timeouts: int = 0
     statement_timeouts: int = 0
 
@@ -60,6 +67,7 @@ class MetricsGroup(Row):
             **row,
             "queue_wait_seconds": {"p50": row.get("queue_wait_p50"), "p95": row.get("queue_wait_p95")},
             "start_confirm_seconds": {"p50": row.get("start_confirm_p50"), "p95": row.get("start_confirm_p95")},
+            "accept_wait_seconds": {"p50": row.get("accept_wait_p50"), "p95": row.get("accept_wait_p95")},
         })
 
 
@@ -104,6 +112,7 @@ class LiveRow(Row):
 
     tool: str
     side_effect: str
+    service: str | None = None  # the tool's (tools.service)
     model: str | None = None
     provider: str | None = None
     state: str | None = None  # None: the tool has no unfinished call
@@ -112,6 +121,7 @@ class LiveRow(Row):
     min_lease_left_seconds: float | None = None
     expired_leases: int = 0
     cancel_unheard: int = 0
+    past_deadline: int = 0
     db_now: datetime
 
 
@@ -133,6 +143,52 @@ class Scrape(Row):
 
     live: list[LiveRow]
     totals: list[TotalRow]
+
+
+class AcceptWaitTotals:
+    """The folded part of the histogram leasectl_accept_wait_seconds, kept by the exporter.
+
+    Migration 0008's rollup holds only the metrics of leasectl_metric_events; accept wait is not
+    one of them, and adding it would take a migration. So the exporter folds it itself, by the
+    rollup's own watermark (leasectl_metric_folds.folded_through: no event at or below it can
+    still appear): the claims up to the watermark are read once (at the first scrape: the whole
+    history's claims) and added to as the watermark moves; the claims after it are read on every
+    scrape, like totals.sql's tail (queries/metrics/accept_wait.sql). A restarted exporter reads
+    the same totals again, so the counters never go backwards -- unless history was pruned, which
+    Prometheus then sees as a counter reset."""
+
+    def __init__(self) -> None:
+        self.through = 0  # every claim with an id up to this is in `folded`
+        self.folded: dict[tuple[str, str, str, float], tuple[int, float]] = {}
+        self.buckets: list[float] = []
+
+    def add(self, rows: list[TotalRow], *, through: int) -> None:
+        """Fold the claims of (self.through, through], read in one statement."""
+        for row in rows:
+            key = (row.tool, row.model, row.provider, row.le)
+            n, seconds = self.folded.get(key, (0, 0.0))
+            self.folded[key] = (n + row.n, seconds + row.seconds)
+            self.buckets = row.buckets
+        self.through = through
+
+    def restart(self) -> None:
+        """The watermark went back (another database behind the same DSN): count again from zero."""
+        self.through = 0
+        self.folded = {}
+        self.buckets = []
+
+    def with_tail(self, tail: list[TotalRow]) -> list[TotalRow]:
+        """The folded rows plus the tail's, as totals.sql shapes them."""
+        merged = dict(self.folded)
+        buckets = self.buckets
+        for row in tail:
+            key = (row.tool, row.model, row.provider, row.le)
+            n, seconds = merged.get(key, (0, 0.0))
+            merged[key] = (n + row.n, seconds + row.seconds)
+            buckets = row.buckets
+        return [TotalRow(metric="accept_wait", tool=tool, model=model, provider=provider, le=le, n=n, seconds=seconds,
+                         buckets=buckets)
+                for (tool, model, provider, le), (n, seconds) in sorted(merged.items())]
 
 
 class FoldResult(Row):

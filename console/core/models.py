@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 # The vocabularies of the schema (the CHECK constraints of migrations/0001): one place in Python.
 Health = Literal["healthy", "heartbeat_late", "lease_expired", "cancel_unheard", "outcome_unknown",
-                 "zombie", "over_stage_timeout"]
+                 "zombie", "over_stage_timeout", "past_deadline"]
 State = Literal["queued", "running", "cancel_requested", "succeeded", "failed", "cancelled",
                 "outcome_unknown"]
 TerminalState = Literal["succeeded", "failed", "cancelled"]
@@ -45,6 +45,7 @@ class Counts(Row):
     expired_unswept: int = 0
     cancel_unheard: int = 0
     over_stage_timeout: int = 0
+    past_deadline: int = 0  # running past the call's deadline (also counted in expired_unswept)
     running: int = 0
     cancel_requested: int = 0
     queued: int = 0
@@ -69,6 +70,14 @@ class JobSummary(Row):
     session_id: str | None = None
     model: str | None = None
     provider: str | None = None
+    # its chain (migration 0014; docs/seeds.md §000 stages): the call that made it, the chain's first
+    # call, its stage there, its priority (higher first), when it was accepted upstream, its W3C trace
+    parent_id: uuid.UUID | None = None
+    chain_id: uuid.UUID | None = None
+    stage: int = 0
+    priority: int = 0
+    accepted_at: datetime | None = None
+    trace_id: str | None = None
     created_at: datetime
     claimed_at: datetime | None = None
     heartbeat_at: datetime | None = None
@@ -106,6 +115,15 @@ class JobSummary(Row):
         return self.state in LIVE_STATES and self.lease_left_seconds is not None and self.lease_left_seconds >= 0
 
 
+class Check(Row):
+    """What the owner of a verifiable call last recorded the service said of its earlier request
+    (worker/record_check.sql; docs/seeds.md §004): done, not_done or unknown, when, under which token."""
+
+    found: Literal["done", "not_done", "unknown"]
+    checked_at: datetime
+    token: int
+
+
 class Job(JobSummary):
     """One call with its error and lease sizing; payload and result only when asked for
     (`reads.job_document`): they may be megabytes."""
@@ -115,6 +133,7 @@ class Job(JobSummary):
     error: Any = None
     extra_attempts: int = 0
     missed_heartbeats: int | None = None
+    check: Check | None = None  # None: no check was ever recorded
     # every stretch of ownership, oldest first (`leasectl show --json`: reads.job_document fills it
     # from the one replay, console/core/ownership.py)
     ownership: list[Stretch] = []

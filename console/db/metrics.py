@@ -11,6 +11,7 @@ from datetime import datetime
 
 from console.core.metrics import (
     SPARK_MINUTES,
+    AcceptWaitTotals,
     By,
     FoldResult,
     LiveRow,
@@ -26,7 +27,7 @@ from console.db.connect import Conn, run, run_one
 
 
 def report(conn: Conn, *, window_seconds: float, by: By | str = "tool") -> MetricsReport:
-    """One group per tool, model or provider: live values now, history values over the window,
+    """One group per tool, model, provider or service: live values now, history values over the window,
     read in one snapshot."""
     chosen = check_by(by)
     with conn.transaction():
@@ -79,15 +80,28 @@ def screen(conn: Conn, *, by: By | str = "tool", window_seconds: float = 3600.0)
     return MetricsScreenData(report=groups, minutes=series)
 
 
-def scrape(conn: Conn) -> Scrape:
-    """Everything /metrics shows: the unfinished calls now and the history totals, one snapshot."""
+EVERY_ID = 9223372036854775807  # the largest bigint: "every event after the watermark"
+
+
+def scrape(conn: Conn, accept: AcceptWaitTotals | None = None) -> Scrape:
+    """Everything /metrics shows: the unfinished calls now and the history totals, one snapshot.
+    `accept` is the exporter's fold of the accept-wait histogram (AcceptWaitTotals): what it holds
+    is not read again; without it, every claim of the history is read."""
+    kept = accept if accept is not None else AcceptWaitTotals()
     with conn.transaction():
         run(conn, "meta/snapshot")
         live = [LiveRow.model_validate(r) for r in run(conn, "metrics/live")]
         folds = run_one(conn, "metrics/folds")
         after = folds["folded_through"] if folds else 0
         totals = [TotalRow.model_validate(r) for r in run(conn, "metrics/totals", after=after)]
-    return Scrape(live=live, totals=totals)
+        if kept.through > after:
+            kept.restart()
+        if kept.through < after:
+            # below the watermark nothing new can appear: read once, kept (even should this read fail later)
+            kept.add([TotalRow.model_validate(r) for r in run(conn, "metrics/accept_wait", after=kept.through,
+                                                               through=after)], through=after)
+        tail = [TotalRow.model_validate(r) for r in run(conn, "metrics/accept_wait", after=after, through=EVERY_ID)]
+    return Scrape(live=live, totals=[*totals, *kept.with_tail(tail)])
 
 
 def fold(conn: Conn, *, lag_seconds: float = 60.0) -> FoldResult:

@@ -21,7 +21,11 @@ wake the on-call engineer.
   there (meta/ping, one round trip), so `leasectl_up` is the truth of that scrape, never of an
   earlier one; and the values carry `leasectl_data_age_seconds` (0 when read for this scrape).
 * Idle connections cost a file descriptor, not a thread (ParkingWSGIServer, below).
-* Call ids and owners never become labels: tool, model, provider, state, side_effect, cause.
+* Call ids and owners never become labels: tool, model, provider, service (the tool's, tools.service),
+  state, side_effect, cause.
+* leasectl_accept_wait_seconds is not in migration 0008's rollup (it would take a migration): the
+  exporter folds it itself by the rollup's watermark (console.core.metrics.AcceptWaitTotals), so
+  it too is a total over the whole history, read once at the first scrape, then only its tail.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from console.core.metrics import Scrape, TotalRow
+from console.core.metrics import AcceptWaitTotals, Scrape, TotalRow
 from console.db import metrics
 from console.db.connect import ping
 from console.db.lane import Lane
@@ -57,7 +61,7 @@ FOLD_EVERY_SECONDS = 30.0
 FOLD_LAG_SECONDS = 60.0
 STATES = ("queued", "running", "cancel_requested", "outcome_unknown")
 CAUSES = ("lock_timeout", "statement_timeout")
-CALL_LABELS = ["tool", "model", "provider"]
+CALL_LABELS = ["tool", "model", "provider", "service"]
 
 COUNTERS = {  # metric in the history -> (family name without _total, help)
     "renewal_failures": ("leasectl_renewal_failures",
@@ -71,6 +75,8 @@ HISTOGRAMS = {
     "queue_wait": ("leasectl_queue_wait_seconds", "From entering the queue (enqueue or requeue) to the claim."),
     "start_confirm": ("leasectl_start_confirm_seconds",
                       "From the claim to the journaled start of the external request (tool_request_started)."),
+    "accept_wait": ("leasectl_accept_wait_seconds",
+                    "From the call's acceptance upstream (accepted_at) to its claim from the queue."),
 }
 GAUGES = {
     "leasectl_up": ("1 when this scrape reached the database (its read, or a ping when the values come from the "
@@ -84,6 +90,8 @@ GAUGES = {
     "leasectl_expired_leases": ("Calls whose lease ran out, not yet reclaimed or swept.", CALL_LABELS),
     "leasectl_cancel_unheard_calls": ("Calls in cancel_requested for longer than 2H + J: nobody heard the "
                                       "cancel.", CALL_LABELS),
+    "leasectl_past_deadline_calls": ("Calls running past their deadline: their lease ended with it; the sweep "
+                                     "ends them.", CALL_LABELS),
     "leasectl_outcome_unknown_calls": ("Calls waiting in outcome_unknown for a human: a side effect may "
                                        "have happened.", ["tool", "side_effect"]),
 }
@@ -129,8 +137,9 @@ def families_of(scrape: Scrape) -> list[Metric]:
                               for name, (doc, labels) in GAUGES.items()}
     out["leasectl_up"].add_metric([], 1)
     calls: dict[tuple[str, str], int] = defaultdict(int)
-    holders: dict[tuple[str, str, str], dict[str, float]] = {}
+    holders: dict[tuple[str, str, str, str], dict[str, float]] = {}
     unknown: dict[tuple[str, str], int] = {}
+    services = {row.tool: _label(row.service) for row in scrape.live}
     for row in scrape.live:
         unknown.setdefault((row.tool, row.side_effect), 0)
         for state in STATES:
@@ -141,10 +150,11 @@ def families_of(scrape: Scrape) -> list[Metric]:
         if row.state == "outcome_unknown":
             unknown[(row.tool, row.side_effect)] += row.calls
         if row.state in ("running", "cancel_requested"):
-            key = (row.tool, _label(row.model), _label(row.provider))
-            agg = holders.setdefault(key, {"expired": 0, "unheard": 0})
+            key = (row.tool, _label(row.model), _label(row.provider), services[row.tool])
+            agg = holders.setdefault(key, {"expired": 0, "unheard": 0, "past_deadline": 0})
             agg["expired"] += row.expired_leases
             agg["unheard"] += row.cancel_unheard
+            agg["past_deadline"] += row.past_deadline
             if row.oldest_heartbeat_age_seconds is not None:
                 agg["oldest"] = max(agg.get("oldest", row.oldest_heartbeat_age_seconds),
                                     row.oldest_heartbeat_age_seconds)
@@ -161,10 +171,13 @@ def families_of(scrape: Scrape) -> list[Metric]:
             out["leasectl_min_lease_left_seconds"].add_metric(list(labels), agg["least"])
         out["leasectl_expired_leases"].add_metric(list(labels), agg["expired"])
         out["leasectl_cancel_unheard_calls"].add_metric(list(labels), agg["unheard"])
-    return [*out.values(), *_history_families(scrape.totals)]
+        out["leasectl_past_deadline_calls"].add_metric(list(labels), agg["past_deadline"])
+    return [*out.values(), *_history_families(scrape.totals, services)]
 
 
-def _history_families(totals: list[TotalRow]) -> list[Metric]:
+def _history_families(totals: list[TotalRow], services: dict[str, str]) -> list[Metric]:
+    """The counters and histograms; each series labelled with its tool's service as it is now
+    (a tool no longer registered: '')."""
     counters = {m: CounterMetricFamily(name, doc, labels=CALL_LABELS) for m, (name, doc) in COUNTERS.items()}
     timeouts = CounterMetricFamily("leasectl_db_timeouts", "Database errors met by workers and operator actions, "
                                    "by cause: lock_timeout (waiting for a row lock) apart from statement_timeout "
@@ -186,7 +199,7 @@ def _history_families(totals: list[TotalRow]) -> list[Metric]:
             observed[key][t.le] += t.n
             sums[key] += t.seconds
     for (metric, *labels), n in sorted(counted.items()):
-        counters[metric].add_metric(labels, n)
+        counters[metric].add_metric([*labels, services.get(labels[0], "")], n)
     for cause, n in causes.items():
         timeouts.add_metric([cause], n)
     for key, per_bucket in sorted(observed.items()):
@@ -194,7 +207,7 @@ def _history_families(totals: list[TotalRow]) -> list[Metric]:
         for bound in [*bounds, float("inf")]:
             cumulative += per_bucket.get(bound, 0)
             buckets.append((_le(bound), cumulative))
-        histograms[key[0]].add_metric(list(key[1:]), buckets, sums[key])
+        histograms[key[0]].add_metric([*key[1:], services.get(key[1], "")], buckets, sums[key])
     return [*counters.values(), timeouts, *histograms.values()]
 
 
@@ -542,10 +555,11 @@ def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, ca
     """Listen on HOST:PORT and serve /metrics; `fold_every=None` leaves the rollup alone."""
     host, port = parse_listen(listen)
     reads = exporter_lane(dsn, read_only=read_only)
+    accept = AcceptWaitTotals()  # this exporter's fold of leasectl_accept_wait_seconds
     # reads: a connection killed while idle (a server restart) is made again and read once more
     # (Lane.read), so a database that answers is never reported down
-    collector = LeasectlCollector(lambda: reads.read(metrics.scrape), alive=lambda: reads.read(ping),
-                                  cache_seconds=cache_seconds)
+    collector = LeasectlCollector(lambda: reads.read(lambda conn: metrics.scrape(conn, accept)),
+                                  alive=lambda: reads.read(ping), cache_seconds=cache_seconds)
     registry = make_registry(collector)
 
     class Server(ParkingWSGIServer):

@@ -3,7 +3,9 @@
 --   side effect, approval, how it finished, lease health -- newest first, keyset pages on
 --   (created_at, id) like views/jobs.sql and with its columns, plus as_of. The current row is read
 --   only for what never changes (id, tool, key, agent, session, model, provider, created_at,
---   deadline_at: LCS05 and no statement writes them); a call created after the instant is absent.
+--   deadline_at: LCS05 and no statement writes them; parent, chain, stage, acceptance and trace:
+--   migration 0014 refuses a change, and no statement writes priority after the enqueue); a call
+--   created after the instant is absent.
 --   Events count in id order from their own `at` (console.shared.audit's replay, the same rule).
 --   The state at T is the last ownership/state event at or before T; the lease is
 --   known from the first such event after T (its previous_lease_until: the lease as renewed
@@ -11,12 +13,16 @@
 --   the grant gave if it is still ahead of T, else unknown (renewals are not journaled).
 --   Heartbeats are not journaled: heartbeat_at and its age are null, and `heartbeat late` is never
 --   said of the past. Lease sizing and stage timeouts are the tools' current ones. db_now is the
---   instant itself, so every age is measured there.
---   Filters: tool, agent, key_prefix, id, model, provider, side_effect select calls by what never
---   changes; state, owner and health apply to the rebuilt call (as it was at T).
+--   instant itself, so every age is measured there; a call running at T past its deadline was
+--   `past_deadline` then (migration 0014).
+--   Filters: tool, agent, key_prefix, id, model, provider, side_effect, chain, parent, session,
+--   trace_prefix, priority select calls by what never changes; state, owner and health apply to the
+--   rebuilt call (as it was at T).
 -- Zero rows: no call existed at that instant, or none matches.
--- Parameters: at, tool, agent, key_prefix, id_low, id_high, model, provider, side_effect, state, owner,
---   health, before_created, before_id, limit
+-- Parameters: at, tool, agent, key_prefix, id_low, id_high, model, provider, side_effect, chain_low,
+--   chain_high, parent_low, parent_high, session, trace_prefix, priority, state, owner, health,
+--   before_created, before_id, limit
+-- Optional: chain_low, chain_high, parent_low, parent_high, session, trace_prefix, priority
 with clock as materialized (
     select :at::timestamptz as t, leasectl_json_time(:at::timestamptz) as t_json
 ),
@@ -34,7 +40,8 @@ tool_facts as materialized (
 ),
 page as materialized (
     select j.id, j.tool, j.idempotency_key, j.payload_hash, pg_column_size(j.payload) as payload_size,
-           j.agent_id, j.session_id, j.model, j.provider, j.created_at, j.deadline_at
+           j.agent_id, j.session_id, j.model, j.provider, j.created_at, j.deadline_at,
+           j.parent_id, j.chain_id, j.stage, j.priority, j.accepted_at, j.trace_id
     from tool_jobs j
     where j.created_at <= :at::timestamptz  -- the instant itself, not the CTE: an index condition
       and (:tool::text is null or j.tool = :tool::text)
@@ -46,6 +53,11 @@ page as materialized (
       and (:model::text is null or j.model = :model::text)
       and (:provider::text is null or j.provider = :provider::text)
       and (:side_effect::text is null or j.tool in (select name from tools where side_effect = :side_effect::text))
+      and (:chain_low::uuid is null or j.chain_id between :chain_low::uuid and :chain_high::uuid)
+      and (:parent_low::uuid is null or j.parent_id between :parent_low::uuid and :parent_high::uuid)
+      and (:session::text is null or j.session_id = :session::text)
+      and (:trace_prefix::text is null or starts_with(j.trace_id, :trace_prefix::text))
+      and (:priority::smallint is null or j.priority = :priority::smallint)
       and (:before_created::timestamptz is null
            or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
     order by j.created_at desc, j.id desc
@@ -152,6 +164,7 @@ rebuilt as (
            coalesce(m.change[5]::integer, 0) as attempt,
            t.max_attempts + greatest(0, coalesce(m.approved_attempt + 1 - t.max_attempts, 0)) as max_attempts,
            p.idempotency_key, p.payload_hash, p.payload_size, p.agent_id, p.session_id, p.model, p.provider,
+           p.parent_id, p.chain_id, p.stage, p.priority, p.accepted_at, p.trace_id,
            p.created_at, m.claimed_at,
            case when m.change[2] in ('running', 'cancel_requested') then
                 case when m.next_change is not null then m.next_change[2]::timestamptz
@@ -181,7 +194,7 @@ labelled as (
            case when b.state not in ('succeeded', 'failed', 'cancelled') then
                 leasectl_job_health(b.state, b.lease_until, null, b.cancel_requested_at, b.claimed_at,
                                     b.late_before, b.unheard_before, b.stage_before,
-                                    coalesce(b.recent, false), b.t)
+                                    coalesce(b.recent, false), b.t, b.deadline_at)
            end as health
     from rebuilt b
 ),
@@ -216,6 +229,12 @@ select concat(
     E',\n    "session_id": ', leasectl_json_text(c.session_id),
     E',\n    "model": ', leasectl_json_text(c.model),
     E',\n    "provider": ', leasectl_json_text(c.provider),
+    E',\n    "parent_id": ', coalesce('"' || c.parent_id || '"', 'null'),
+    E',\n    "chain_id": ', coalesce('"' || c.chain_id || '"', 'null'),
+    E',\n    "stage": ', c.stage,
+    E',\n    "priority": ', c.priority,
+    E',\n    "accepted_at": ', leasectl_json_time(c.accepted_at),
+    E',\n    "trace_id": ', leasectl_json_text(c.trace_id),
     E',\n    "created_at": ', leasectl_json_time(c.created_at),
     E',\n    "claimed_at": ', leasectl_json_time(c.claimed_at),
     E',\n    "heartbeat_at": null,\n    "lease_until": ', leasectl_json_time(c.lease_until),

@@ -6,8 +6,12 @@
 --   A finished call holds no lease: its heartbeat age, lease left and lease health are null (a
 --   zombie -- a stale write refused in the last five minutes -- still shows as one).
 --   With ids, only those calls (a bulk action's marked calls, read again in one snapshot).
+--   A running call past its deadline is `past_deadline` (migration 0014: its lease ended with it).
 -- Parameters: state, tool, owner, agent, key_prefix, id_low, id_high, health, model, provider,
---   side_effect, ids, before_created, before_id, limit (every filter null = no filter)
+--   side_effect, chain_low, chain_high (a range of chain ids, as id_low/id_high), parent_low,
+--   parent_high, session, trace_prefix, priority, ids, before_created, before_id, limit (every
+--   filter null = no filter; console/core/filters.py JobFilter.sql_values gives them all)
+-- Optional: chain_low, chain_high, parent_low, parent_high, session, trace_prefix, priority
 with clock as materialized (
     select leasectl_now() as now
 ),
@@ -30,6 +34,11 @@ page as (
       and (:model::text is null or j.model = :model::text)
       and (:provider::text is null or j.provider = :provider::text)
       and (:side_effect::text is null or j.tool in (select name from tools where side_effect = :side_effect::text))
+      and (:chain_low::uuid is null or j.chain_id between :chain_low::uuid and :chain_high::uuid)
+      and (:parent_low::uuid is null or j.parent_id between :parent_low::uuid and :parent_high::uuid)
+      and (:session::text is null or j.session_id = :session::text)
+      and (:trace_prefix::text is null or starts_with(j.trace_id, :trace_prefix::text))
+      and (:priority::smallint is null or j.priority = :priority::smallint)
       and (:before_created::timestamptz is null
            or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
     order by j.created_at desc, j.id desc
@@ -39,7 +48,8 @@ labelled as (
     select p.id, p.tool, t.side_effect, p.state, p.owner_id, p.lease_until, p.fencing_token,
            p.heartbeat_at, p.attempt, t.max_attempts + p.extra_attempts as max_attempts,
            p.idempotency_key, p.payload_hash, pg_column_size(p.payload) as payload_size,
-           p.agent_id, p.session_id, p.model, p.provider, p.created_at, p.claimed_at,
+           p.agent_id, p.session_id, p.model, p.provider, p.parent_id, p.chain_id, p.stage, p.priority,
+           p.accepted_at, p.trace_id, p.created_at, p.claimed_at,
            p.finished_at, p.deadline_at, p.cancel_requested_at, p.cancel_requested_by,
            p.cancel_requested_reason, p.side_effect_started_at, p.external_request_id,
            p.retry_approved_by, p.retry_approved_at, p.retry_approved_reason, p.terminal_reason,
@@ -47,7 +57,7 @@ labelled as (
            t.lease_seconds, t.heartbeat_seconds, t.jitter_seconds, t.stage_timeout_seconds,
            nullif(leasectl_job_health(p.state, p.lease_until, p.heartbeat_at, p.cancel_requested_at,
                                       p.claimed_at, k.late_before, k.unheard_before, k.stage_before,
-                                      r.recent, clock.now),
+                                      r.recent, clock.now, p.deadline_at),
                   case when p.state in ('succeeded', 'failed', 'cancelled') then 'healthy' end) as health,
            clock.now as clock_now
     from page p

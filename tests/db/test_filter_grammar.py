@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
 from console.core.filters import KEYS, parse_filter, parse_selection
 from console.db import bulk, reads
 from console.db.audit import jobs_at
+from console.db.connect import run_one
 from console.operator.cli import app
 from tests.helpers import (
     FAST,
@@ -23,6 +25,7 @@ from tests.helpers import (
     register_tool,
     report_unknown,
     start_side_effect,
+    wait_until,
 )
 
 # one filter per key of the grammar (and bare words): each must select a non-empty, proper subset
@@ -37,9 +40,27 @@ FILTERS = {
     "model": "model:gpt-5.1",
     "provider": "provider:anthropic",
     "class": "class:unverifiable",
+    "chain": None,  # the chain of report:42:stage:1 (itself and the call it made): filled in below
+    "parent": None,  # the call report:42:stage:1 made
+    "session": "session:s-9",
+    "trace": "trace:4BF92F35",  # a prefix, in capitals: trace ids are lower-case hex
+    "priority": "priority:5",
     "bare state": "queued",
     "bare health": "lease_expired",
+    "health past_deadline": "health:past_deadline",
+    "bare past_deadline": "past_deadline",
 }
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def enqueue_with(conn, tool: str, key: str, **chain: object) -> str:
+    """worker/enqueue.sql with its chain parameters (parent_id, priority, trace_id, ...)."""
+    row = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb({"n": 1}),
+                  agent_id=chain.pop("agent_id", None), session_id=chain.pop("session_id", None),
+                  deadline_at=chain.pop("deadline_at", None), model=chain.pop("model", None),
+                  provider=chain.pop("provider", None), **chain)
+    assert row is not None, f"{key} was refused"
+    return str(row["id"])
 
 
 @pytest.fixture
@@ -49,20 +70,29 @@ def calls(db):
         register_tool(conn, "erp", "mutating_verifiable", lease_seconds=60, heartbeat_seconds=5)
         register_tool(conn, "pay", "mutating_unverifiable", **FAST)
         register_tool(conn, "quick", "read_only", **FAST)
+        register_tool(conn, "late", "read_only", lease_seconds=60, heartbeat_seconds=5)
         ids = [enqueue(conn, "search", "report:42:stage:1", agent_id="planner-7", model="gpt-5.1",
                        provider="openai")["id"],
                enqueue(conn, "search", "report:42:stage:2", agent_id="planner-7", model="claude-4",
-                       provider="anthropic")["id"],
-               enqueue(conn, "erp", "erp:1", agent_id="ops-1", model="gpt-5.1", provider="openai")["id"],
-               enqueue(conn, "pay", "pay:1", agent_id="ops-1", model="claude-4", provider="anthropic")["id"],
+                       provider="anthropic", session_id="s-9")["id"],
+               enqueue_with(conn, "erp", "erp:1", agent_id="ops-1", model="gpt-5.1", provider="openai", priority=5),
+               enqueue_with(conn, "pay", "pay:1", agent_id="ops-1", model="claude-4", provider="anthropic",
+                            trace_id=TRACE),
                enqueue(conn, "quick", "quick:1", model="gpt-5.1", provider="openai")["id"]]
+        deadline = conn.execute("select now() + interval '1.5 seconds' as t").fetchone()["t"]
+        ids.append(enqueue_with(conn, "late", "late:1", deadline_at=deadline))
         claim(conn, "w-search", ["search"])          # report:42:stage:1 running, healthy
+        # the next stage of report:42:stage:1, made while it runs: its chain, stage 1, queued
+        ids.append(enqueue_with(conn, "search", "report:42:stage:1:next", parent_id=ids[0]))
         claim(conn, "w-erp", ["erp"])                # erp:1 running, healthy
+        claim(conn, "w-late", ["late"])              # late:1 running, then past its deadline
         paid = claim(conn, "w-pay", ["pay"])         # pay:1 -> outcome_unknown
         start_side_effect(conn, paid, "w-pay")
         report_unknown(conn, paid, "w-pay")
         claim(conn, "w-quick", ["quick"])            # quick:1 -> lease expired, not swept
         expire_lease(conn, ids[4])
+        wait_until(lambda: conn.execute("select now() > %s as past", (deadline,)).fetchone()["past"],
+                   what="late:1's deadline to pass")
         yield conn, ids
 
 
@@ -87,11 +117,26 @@ def cli(db):
 def filters_for(ids) -> dict[str, str]:
     chosen = dict(FILTERS)
     chosen["id"] = f"id:{str(ids[2])[:8]}"
+    chosen["chain"] = f"chain:{str(ids[0])[:8]}"
+    chosen["parent"] = f"parent:{str(ids[0])[:13].upper()}"  # hyphens and capitals, as id: takes them
     return chosen
 
 
 def test_every_key_of_the_grammar_is_in_this_test():
     assert {k for k in FILTERS if " " not in k} == set(KEYS) - {"at"}, "a new key needs its line in FILTERS"
+
+
+def test_the_chain_keys_select_what_they_say(calls):
+    conn, ids = calls
+    chain = {str(j.id) for j in reads.jobs(conn, parse_filter(filters_for(ids)["chain"]), limit=100)}
+    assert chain == {str(ids[0]), str(ids[-1])}, "the first stage and the one it made"
+    made = reads.jobs(conn, parse_filter(filters_for(ids)["parent"]), limit=100)
+    assert [(str(j.id), j.stage, str(j.parent_id), str(j.chain_id)) for j in made] == \
+        [(str(ids[-1]), 1, str(ids[0]), str(ids[0]))]
+    assert [str(j.id) for j in reads.jobs(conn, parse_filter(f"trace:{TRACE}"), limit=100)] == [str(ids[3])]
+    assert [j.priority for j in reads.jobs(conn, parse_filter("priority:5"), limit=100)] == [5]
+    assert [str(j.id) for j in reads.jobs(conn, parse_filter("past_deadline"), limit=100)] == [str(ids[5])]
+    assert reads.jobs(conn, parse_filter("priority:0 tool:erp"), limit=100) == [], "priority 0 filters too"
 
 
 @pytest.mark.parametrize("name", list(FILTERS))

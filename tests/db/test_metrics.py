@@ -20,7 +20,7 @@ import pytest
 from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
-from console.core.metrics import MetricsGroup
+from console.core.metrics import AcceptWaitTotals, MetricsGroup
 from console.db import metrics
 from console.db.connect import Conn, run, run_one
 from console.operator import exporter
@@ -32,7 +32,8 @@ from tests.netproxy import DbProxy
 T = datetime(2026, 7, 23, 21, 14, 0, tzinfo=UTC)  # the display clock of the crafted history
 CONTRACT_KEYS = {"key", "running", "oldest_heartbeat_age_seconds", "min_lease_left_seconds", "expired_leases",
                  "renewal_failures", "reclaimed", "stale_writes_rejected", "queue_wait_seconds",
-                 "start_confirm_seconds", "cancel_unheard", "outcome_unknown", "lock_timeouts", "statement_timeouts"}
+                 "start_confirm_seconds", "cancel_unheard", "outcome_unknown", "lock_timeouts", "statement_timeouts",
+                 "accept_wait_seconds", "past_deadline"}
 
 
 def at(seconds: float) -> datetime:
@@ -197,6 +198,7 @@ def test_cli_json_has_exactly_the_contract_keys(crafted, db):
     for group in data["groups"]:
         assert set(group) == CONTRACT_KEYS
         assert set(group["queue_wait_seconds"]) == {"p50", "p95"} == set(group["start_confirm_seconds"])
+        assert set(group["accept_wait_seconds"]) == {"p50", "p95"}
     assert {g["key"] for g in data["groups"]} == {"m1", "m2", None}
 
 
@@ -207,7 +209,7 @@ def test_cli_table_names_every_group(crafted, db):
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["metrics", "--by", "agent"], "--by 'agent': use tool, model or provider"),
+    (["metrics", "--by", "agent"], "--by 'agent': use tool, model, provider or service"),
     (["metrics", "--window", "soon"], "is not a duration"),
     (["metrics", "--window", "0s"], "must be more than zero"),
     (["metrics", "--window", "5m", "serve"], "not of `leasectl metrics serve`"),
@@ -238,10 +240,11 @@ def test_a_port_in_use_is_bad_input_with_a_clear_message(db):
 # ----------------------------------------------------------------------------- counters and the rollup
 
 
-def totals(conn: Conn) -> dict[tuple[str, str], int]:
-    """metric, tool -> count (counters under +Inf; histograms summed over buckets)."""
+def totals(conn: Conn, accept: AcceptWaitTotals | None = None) -> dict[tuple[str, str], int]:
+    """metric, tool -> count (counters under +Inf; histograms summed over buckets); `accept`: the
+    accept-wait histogram as an exporter folds it (a new one: as a restarted exporter)."""
     found: dict[tuple[str, str], int] = {}
-    for row in metrics.scrape(conn).totals:
+    for row in metrics.scrape(conn, accept).totals:
         found[(row.metric, row.tool)] = found.get((row.metric, row.tool), 0) + row.n
     return found
 
@@ -278,14 +281,22 @@ def test_folding_moves_counts_without_changing_them_and_totals_only_grow(crafted
 
 def test_pruning_folded_history_keeps_the_counters(crafted):
     """job_events refuses DELETE; a pruning job (owner, triggers off) that folds first and deletes
-    only what was folded leaves every counter where it was."""
-    before = totals(crafted)
+    only what was folded leaves every counter of the rollup where it was. Accept wait is folded by
+    the exporter (AcceptWaitTotals, not in the rollup): one that read up to the watermark keeps it;
+    an exporter started after the pruning no longer finds the pruned claims."""
+    kept = AcceptWaitTotals()
+    before = totals(crafted, kept)
+    assert before[("accept_wait", "alpha")] == 2
     fold_now(crafted)
+    assert totals(crafted, kept) == before and kept.through > 0
     run(crafted, "demo/exact_mode", on=True)  # the only way past the append-only trigger
     crafted.execute("delete from job_events where id <= (select folded_through from leasectl_metric_folds)")
     run(crafted, "demo/exact_mode", on=False)
     assert crafted.execute("select count(*) as n from job_events").fetchone()["n"] == 0
-    assert totals(crafted) == before
+    assert totals(crafted, kept) == before
+    restarted = totals(crafted)
+    assert {k: n for k, n in restarted.items() if k[0] != "accept_wait"} == \
+        {k: n for k, n in before.items() if k[0] != "accept_wait"}
 
 
 def test_a_fold_waits_for_transactions_that_may_still_write_below_its_watermark(db):

@@ -1,4 +1,4 @@
-"""`leasectl metrics` (the seeds' minimum metrics, by tool, model or provider) and `leasectl
+"""`leasectl metrics` (the seeds' minimum metrics, by tool, model, provider or service) and `leasectl
 metrics serve` (the same for Prometheus)."""
 
 from __future__ import annotations
@@ -29,19 +29,21 @@ from console.shared.times import DURATION_FORMS, parse_duration
 
 metrics_app = typer.Typer(name="metrics", add_completion=False, no_args_is_help=False,
                           pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]},
-                          help="The seeds' minimum metrics, by tool, model or provider; `serve` for Prometheus.")
+                          help="The seeds' minimum metrics, by tool, model, provider or service; `serve` for "
+                               "Prometheus.")
 app.add_typer(metrics_app)
 
 WindowOption = Annotated[str, typer.Option("--window", help=f"How far back the history counts ({DURATION_FORMS})")]
-ByOption = Annotated[str, typer.Option("--by", help="Group by tool, model or provider")]
+ByOption = Annotated[str, typer.Option("--by", help="Group by tool, model, provider or service (the external "
+                                                   "service a tool calls)")]
 
 
 @metrics_app.callback(invoke_without_command=True)
 def metrics(ctx: typer.Context, window: WindowOption = "1h", by: ByOption = "tool", as_json: JsonOption = False,
             dsn: DsnOption = None) -> None:
-    """Now: running calls, heartbeat ages, lease left, expired leases, unheard cancels, unknown outcomes.
-    Over the window: renewal failures, reclaims, stale writes refused, queue wait and start
-    confirmation (p50, p95), lock timeouts apart from statement timeouts."""
+    """Now: running calls, heartbeat ages, lease left, expired leases, unheard cancels, unknown outcomes,
+    calls past their deadline. Over the window: renewal failures, reclaims, stale writes refused, queue
+    wait, start confirmation and accept wait (p50, p95), lock timeouts apart from statement timeouts."""
     if ctx.invoked_subcommand is not None:
         # `leasectl metrics --dsn X serve` means serve's --dsn; the report's options mean nothing there
         ctx.obj = dsn

@@ -77,6 +77,18 @@ def call_fields(job: Job | JobSummary, now: datetime | None = None) -> list[tupl
                            f"{sanitize(job.session_id or '—', max_chars=200)}")
     row("model / provider", f"{sanitize(job.model or '—', max_chars=200)} / "
                             f"{sanitize(job.provider or '—', max_chars=200)}")
+    # a chain, a priority, an upstream acceptance or a trace: shown when the call has one
+    # (migration 0014; the console's detail tells the whole chain)
+    if job.parent_id is not None or job.stage:
+        row("chain", f"stage {job.stage} of chain {str(job.chain_id)[:8]}, made by "
+                     f"{str(job.parent_id)[:8] if job.parent_id else '—'}")
+    if job.priority:
+        row("priority", f"{job.priority} (higher is claimed first)")
+    if job.trace_id:
+        row("trace", job.trace_id)
+    if job.accepted_at is not None and job.accepted_at < job.created_at:
+        row("accepted", f"{when(job.accepted_at)} upstream, "
+                        f"{format_seconds((job.created_at - job.accepted_at).total_seconds())} before it was made")
     row("created", when(job.created_at))
     row("claimed", when(job.claimed_at))
     row("deadline", Text.assemble(when(job.deadline_at), "  ", Text(*ages["deadline"])) if job.deadline_at else "—")
@@ -93,6 +105,10 @@ def call_fields(job: Job | JobSummary, now: datetime | None = None) -> list[tupl
     if job.retry_approved_by:
         row("retry approved", f"{when(job.retry_approved_at)} by {sanitize(job.retry_approved_by, max_chars=200)}: "
                               f"{sanitize(job.retry_approved_reason or '', max_chars=2_000)}")
+    check = getattr(job, "check", None)
+    if check is not None:
+        row("check", f"the service said {check.found} at {when(check.checked_at)} (token {check.token})",
+            STYLE["warn"] if check.found != "not_done" else "")
     if job.terminal_reason:
         row("terminal reason", job.terminal_reason)
     error = getattr(job, "error", None)

@@ -1,6 +1,6 @@
 """The metrics in words, for `leasectl metrics` and screen 7 alike: the columns, each
 value's text and its colour of urgency (triage's colours: console.operator.present.words.STYLE).
-Every value that came from the database (a tool, model or provider name) passes `sanitize`."""
+Every value that came from the database (a tool, model, provider or service name) passes `sanitize`."""
 
 from __future__ import annotations
 
@@ -45,12 +45,16 @@ COLUMNS = [
     MetricColumn("start_confirm_p95", "start p95", 9, 4),
     MetricColumn("queue_wait_p50", "queue p50", 9, 5),
     MetricColumn("start_confirm_p50", "start p50", 9, 5),
+    MetricColumn("past_deadline", "past dl", 7, 6),
+    MetricColumn("accept_wait_p95", "accept p95", 10, 6),
+    MetricColumn("accept_wait_p50", "accept p50", 10, 7),
 ]
 
 # a count that is not zero: how urgent (None: plain)
 COUNT_URGENCY: dict[str, Urgency] = {
     "expired_leases": "bad", "outcome_unknown": "bad", "cancel_unheard": "warn", "renewal_failures": "warn",
     "stale_writes_rejected": "warn", "reclaimed": "watch", "lock_timeouts": "warn", "statement_timeouts": "warn",
+    "past_deadline": "bad",
 }
 
 
@@ -83,7 +87,8 @@ def group_words(group: MetricsGroup) -> dict[str, tuple[str, str]]:
         cells["min_lease_left_seconds"] = (duration_words(left), STYLE["bad"])  # negative: expired that long ago
     else:
         cells["min_lease_left_seconds"] = (duration_words(left), STYLE["ok"])
-    for name, quantiles in (("queue_wait", group.queue_wait_seconds), ("start_confirm", group.start_confirm_seconds)):
+    for name, quantiles in (("queue_wait", group.queue_wait_seconds), ("start_confirm", group.start_confirm_seconds),
+                            ("accept_wait", group.accept_wait_seconds)):
         for q in ("p50", "p95"):
             value = getattr(quantiles, q)
             cells[f"{name}_{q}"] = (duration_words(value), STYLE["none"] if value is None else "")
@@ -101,12 +106,14 @@ def report_title(report: MetricsReport) -> str:
 
 NOW_COLUMNS = [("running", "running"), ("expired_leases", "expired\nleases"),
                ("outcome_unknown", "outcome\nunknown"), ("cancel_unheard", "cancel\nunheard"),
-               ("oldest_heartbeat_age_seconds", "oldest\nheartbeat"), ("min_lease_left_seconds", "least\nlease left")]
+               ("oldest_heartbeat_age_seconds", "oldest\nheartbeat"), ("min_lease_left_seconds", "least\nlease left"),
+               ("past_deadline", "past\ndeadline")]
 COUNT_COLUMNS = [("renewal_failures", "renewal\nfailures"), ("reclaimed", "reclaimed"),
                  ("stale_writes_rejected", "stale writes\nrejected"), ("lock_timeouts", "lock\ntimeouts"),
                  ("statement_timeouts", "statement\ntimeouts")]
 LATENCY_COLUMNS = [("queue_wait_p50", "queue wait\np50"), ("queue_wait_p95", "queue wait\np95"),
-                   ("start_confirm_p50", "start confirm\np50"), ("start_confirm_p95", "start confirm\np95")]
+                   ("start_confirm_p50", "start confirm\np50"), ("start_confirm_p95", "start confirm\np95"),
+                   ("accept_wait_p50", "accept wait\np50"), ("accept_wait_p95", "accept wait\np95")]
 
 
 def _table(title: str, by: str, columns: list[tuple[str, str]], groups: list[MetricsGroup]) -> Table:

@@ -41,6 +41,7 @@ HEALTH_LABELS = {
     "outcome_unknown": "outcome unknown",
     "zombie": "zombie",
     "over_stage_timeout": "over stage timeout",
+    "past_deadline": "past deadline",
 }
 
 # what each label means, for help and the detail screen
@@ -52,6 +53,7 @@ HEALTH_MEANING = {
     "outcome_unknown": "a side effect started and the answer was lost: a human decides",
     "zombie": "a write with a stale fencing token was rejected in the last 5 minutes",
     "over_stage_timeout": "it heartbeats, but has run longer than its tool's stage timeout",
+    "past_deadline": "running past its deadline: its lease ended with it; the sweep ends it",
 }
 
 
