@@ -133,7 +133,9 @@ def past_triage(calls: Sequence[JobSummary], now: datetime) -> TriageSnapshot:
 
     at = calls[0].db_now if calls else now
     counts = Counts(needs_human=n(lambda c: c.state == "outcome_unknown"),
-                    expired_unswept=n(lambda c: c.health == "lease_expired"),
+                    # a call past its deadline lost its lease with it: expired, as the live count says
+                    expired_unswept=n(lambda c: c.health in ("lease_expired", "past_deadline")),
+                    past_deadline=n(lambda c: c.health == "past_deadline"),
                     cancel_unheard=n(lambda c: c.health == "cancel_unheard"),
                     over_stage_timeout=n(lambda c: c.health == "over_stage_timeout"),
                     running=n(lambda c: c.state == "running"),
