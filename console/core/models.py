@@ -197,6 +197,18 @@ class CallDetail(Row):
     lineage: list[LineageRow]
 
 
+class ServiceCheck(Row):
+    """What an owner asked the service about an earlier request before repeating it, and what it
+    said (docs/seeds.md §004: a verifiable side effect is checked, never assumed)."""
+
+    at: datetime
+    actor: str | None = None
+    fencing_token: int | None = None
+    found: str | None = None  # done | not_done | unknown
+    request: str | None = None
+    details: Any = None
+
+
 class ApprovalRow(Row):
     id: uuid.UUID
     tool: str
@@ -219,6 +231,7 @@ class ApprovalRow(Row):
     last_confirmed_lease: datetime | None = None
     side_effect_started_at: datetime | None = None
     related_calls: int = 0
+    checks: list[ServiceCheck] = []
     db_now: datetime
 
     @property

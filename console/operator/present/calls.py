@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from console.core.models import LIVE_STATES, ZOMBIE_KINDS, Event, Job, JobSummary, LineageRow
+from console.core.models import LIVE_STATES, ZOMBIE_KINDS, Event, Job, JobSummary, LineageRow, ServiceCheck
 from console.core.ownership import ENDINGS, Holding, ownership
 from console.operator.present.logins import is_operator_kind, legend_if_claimed, usual_login, who_text
 from console.operator.present.words import (
@@ -193,6 +193,20 @@ def ownership_table(job_id: uuid.UUID, events: list[Event]) -> Table:
     if not table.row_count:
         table.add_row(Text("—"), Text(""), Text(""), Text(""), Text("nobody has held it", style="dim"))
     return table
+
+
+FOUND_WORDS = {"done": "it was done", "not_done": "it was NOT done (the request could be sent again)",
+               "unknown": "it could not tell (so a human decides)"}
+
+
+def service_check(check: ServiceCheck) -> tuple[str, str]:
+    """`16:02:11  w-erp-2 asked about req-1 (token 2): it was NOT done`, and its details, for an
+    approver: what the service said, not what a worker assumed (docs/seeds.md §004)."""
+    who = sanitize(check.actor or "?", max_chars=80)
+    request = sanitize(check.request or "its earlier request", max_chars=120)
+    found = FOUND_WORDS.get(check.found or "", sanitize(check.found or "?", max_chars=40))
+    said = json_text(check.details, max_chars=300) if check.details not in (None, {}) else ""
+    return f"{clock(check.at)}  {who} asked about {request} (token {check.fencing_token}): {found}", said
 
 
 def how_it_ended(stretch: Holding) -> str:

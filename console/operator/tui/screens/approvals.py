@@ -21,6 +21,7 @@ from console.core.filters import JobFilter, grammar, parse_filter
 from console.core.models import ApprovalQueue, ApprovalRow, JobSummary
 from console.db import reads
 from console.db.connect import Conn
+from console.operator.present.calls import service_check
 from console.operator.present.words import clock
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
@@ -184,6 +185,14 @@ class ApprovalsScreen(PollingScreen):
         line("session / model", f"{row.session_id or '—'} / {row.model or '—'}")
         line("error", json.dumps(row.error, ensure_ascii=False) if row.error else "—", "red")
         line("same key stem", f"{counted(row.related_calls, 'other call')}; enter shows them")
+        if row.side_effect == "mutating_verifiable":
+            if not row.checks:
+                line("checked with the service", "never: nobody asked it before this call stopped", "yellow")
+            for n, check in enumerate(row.checks):
+                said, details = service_check(check)
+                line("checked with the service" if n == 0 else "", said, "bold" if check.found == "unknown" else "")
+                if details:
+                    line("", f"it said: {details}")
         advice = ("Nobody can ask this receiver what happened. Approve a retry only if you have checked "
                   "outside that the first request did NOT take effect; otherwise mark it succeeded or failed."
                   if row.side_effect == "mutating_unverifiable" else
