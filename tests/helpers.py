@@ -22,12 +22,13 @@ SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "ji
 def register_tool(conn: Conn, name: str, side_effect: str = "read_only", *,
                   lease_seconds: float = 2.0, heartbeat_seconds: float = 0.5,
                   missed_heartbeats: int = 2, jitter_seconds: float = 0.5, max_attempts: int = 3,
-                  stage_timeout_seconds: float | None = None, description: str | None = None) -> dict:
+                  stage_timeout_seconds: float | None = None, description: str | None = None,
+                  min_time_left_seconds: float | None = None, service: str | None = None) -> dict:
     row = run_one(conn, "admin/register_tool", name=name, side_effect=side_effect,
                   lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
                   missed_heartbeats=missed_heartbeats, jitter_seconds=jitter_seconds,
                   max_attempts=max_attempts, stage_timeout_seconds=stage_timeout_seconds,
-                  description=description)
+                  description=description, min_time_left_seconds=min_time_left_seconds, service=service)
     assert row is not None
     return row
 

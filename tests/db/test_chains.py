@@ -199,7 +199,7 @@ def test_no_lease_outlives_the_deadline_even_a_hand_written_one(db, pg_server, c
 
 
 def test_a_call_with_too_little_time_left_is_not_started_and_the_sweep_says_why(conn):
-    conn.execute("update tools set min_time_left_seconds = 60 where name = 'search'")
+    assert register_tool(conn, "search", "read_only", **FAST, min_time_left_seconds=60)["min_time_left_seconds"] == 60
     late = enqueue(conn, "search", deadline_at=now(conn) + timedelta(seconds=30))
     assert claim(conn, "w1", ["search"]) is None
     swept = {r["id"]: r for r in sweep(conn)}
