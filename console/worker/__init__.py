@@ -7,15 +7,18 @@ What a worker fleet imports::
 Nothing here imports the operator's tools or Textual (import-linter keeps it so).
 """
 
-from console.worker.calls import CallOutcome
+from console.worker.calls import CallOutcome, serialise_result
 from console.worker.runner import (
     CallContext,
     CancelRequested,
+    CheckRequired,
     ClaimedCall,
     DeadlinePassed,
     Handler,
     Heartbeat,
     LeaseLost,
+    NextStage,
+    OutcomeUnknown,
     OwnershipUnknown,
     RenewalStats,
     ToolFailed,
@@ -24,6 +27,7 @@ from console.worker.runner import (
 )
 
 __all__ = [
-    "CallContext", "CallOutcome", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat",
-    "LeaseLost", "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
+    "CallContext", "CallOutcome", "CancelRequested", "CheckRequired", "ClaimedCall", "DeadlinePassed", "Handler",
+    "Heartbeat", "LeaseLost", "NextStage", "OutcomeUnknown", "OwnershipUnknown", "RenewalStats", "ToolFailed",
+    "ToolNoAnswer", "Worker", "serialise_result",
 ]

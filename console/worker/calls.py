@@ -3,6 +3,7 @@ signals. No database, no threads: the vocabulary the rest of console.worker shar
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,14 +37,36 @@ class ToolFailed(Exception):
 
 
 class DeadlinePassed(ToolFailed):
-    """The chain's deadline has passed: no new step may start. fail.sql records it for good."""
+    """The chain's deadline has passed (or too little of it is left for the step): no new step may
+    start. Past the deadline nothing is written for the call (its lease ended with it) and the
+    sweep ends it; before it, fail.sql decides whether time is left for another attempt."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retryable=True)
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message, retryable=retryable)
 
 
 class ToolNoAnswer(Exception):
     """The tool gave no answer: after a side effect started, its outcome is unknown."""
+
+
+class CheckRequired(Exception):
+    """A mutating_verifiable call carries a request that may already have run (an earlier
+    attempt's, or an earlier step of this one): no new request leaves until the service was asked
+    what became of it and ctx.record_check() recorded `not_done` (docs/seeds.md §004.8: ask for the
+    status first, then decide; the database holds the same rule, migration 0014). Raised by
+    ctx.start_side_effect(); nothing was sent. Left uncaught, the call waits for a human
+    (outcome_unknown): a handler that cannot check must not guess."""
+
+    def __init__(self, short_id: str, external_request_id: str) -> None:
+        super().__init__(f"call {short_id} carries request {external_request_id}: ask the service and "
+                         f"record_check first (ctx.record_check('done' | 'not_done' | 'unknown'))")
+        self.external_request_id = external_request_id
+
+
+class OutcomeUnknown(Exception):
+    """ctx.record_check('unknown'): nobody can say whether the earlier request ran, so the database
+    has moved the call to outcome_unknown and a human decides. The call has ended: let it
+    propagate (the worker writes nothing more for it)."""
 
 
 # ------------------------------------------------------------------------------ the call
@@ -67,6 +90,9 @@ class ClaimedCall:
     # set when a previous owner recorded a side effect: the request may already have run
     previous_side_effect_at: datetime | None
     previous_request_id: str | None
+    # the chain the call belongs to (its own id for a first call) and its stage in it
+    chain_id: uuid.UUID | None = None
+    stage: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ClaimedCall:
@@ -80,6 +106,7 @@ class ClaimedCall:
             deadline_at=row["deadline_at"], agent_id=row["agent_id"],
             previous_side_effect_at=row["side_effect_started_at"],
             previous_request_id=row["external_request_id"],
+            chain_id=row.get("chain_id"), stage=row.get("stage") or 0,
         )
 
     @property
@@ -94,17 +121,42 @@ Handler = Callable[["CallContext"], Any]
 Claimed = tuple[ClaimedCall, float, float]
 
 
+@dataclass(frozen=True)
+class NextStage:
+    """A handler's answer that finishes its call with `result` AND enqueues the next stage of the
+    call's chain, in one transaction (worker/complete_and_enqueue.sql): the next stage exists if
+    and only if this one's result was stored. Made by ctx.next_stage(); see console.worker.runner."""
+
+    tool: str
+    idempotency_key: str
+    payload: Any
+    result: Any = None
+
+
 @dataclass
 class CallOutcome:
     """What happened to one claimed call, from this worker's point of view."""
 
     job_id: uuid.UUID
     fencing_token: int
-    status: str  # succeeded | result_rejected | cancelled | failed | requeued | outcome_unknown | lease_lost
+    # succeeded | result_rejected | cancelled | failed | requeued | outcome_unknown | lease_lost
+    # | deadline_passed (the call outlived its deadline: nothing more could be written for it)
+    status: str
     detail: str = ""
     completed_despite_cancel: bool = False
     # the next call, claimed in the same transaction as this one's completion (run loop only)
     next_call: Claimed | None = None
+    # the chain's next stage, enqueued in the same transaction as this one's completion (NextStage);
+    # None when there was none, or when it was refused (its chain has a cancel request)
+    next_stage_id: uuid.UUID | None = None
+
+
+def serialise_result(result: Any) -> bytes:
+    """A result as the worker sends it (complete.sql's `result`) and as result_rejected keeps it
+    (result_sha256, result_size): one canonical JSON text, keys sorted, no spaces, UTF-8, so that
+    whoever holds the result can hash it again and compare. Raises TypeError or ValueError for a
+    result that is not JSON."""
+    return json.dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 

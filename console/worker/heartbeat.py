@@ -21,6 +21,14 @@ a failure (journaled with the cause) and are probed again, never waited for, at 
 only the call whose row is locked can run out of lease, not the whole process.
 A lease is never renewed after its call stopped: a renewal in flight when the call ends gives no
 verdict to it.
+
+Deadlines. A call's lease never runs past its deadline_at (claim and heartbeat cap it, migration
+0014), so the deadline is also when the lease ends for good. Each lease keeps the deadline on the
+local monotonic clock, from the database's answers (deadline_at - db_now, counted from the moment
+the statement was sent: early, never late); `time_left()` reads it. When it comes, the thread
+raises the lease's `deadline_passed` verdict (a sleeping handler wakes, as for a cancel or a lost
+lease) and renews it no more; a renewal refused at that moment is the deadline, not a lost lease,
+and is not journaled as heartbeat_lost.
 """
 
 from __future__ import annotations
@@ -46,9 +54,9 @@ log = logging.getLogger("leasectl.worker")
 
 
 class _Flag:
-    """One of a lease's verdicts (lost, cancel requested, stopped), as an event a handler can ask
-    `is_set()` and wait for. Cheaper than threading.Event: a call makes three and waits on none
-    unless its handler sleeps."""
+    """One of a lease's verdicts (lost, cancel requested, deadline passed, stopped), as an event a
+    handler can ask `is_set()` and wait for. Cheaper than threading.Event: a call makes four and
+    waits on none unless its handler sleeps."""
 
     __slots__ = ("_lease", "_on")
 
@@ -83,8 +91,17 @@ class Heartbeat:
         self.call = call
         self.lost = _Flag(self)
         self.cancel_requested = _Flag(self)
+        self.deadline_passed = _Flag(self)
         self.stopped = _Flag(self)
         self.confirmed_until = claimed_at_monotonic + lease_left
+        # the call's deadline on the local monotonic clock (None: it has none). From the claim:
+        # lease_left is lease_until - db_now, so lease_left + (deadline_at - lease_until) is
+        # deadline_at - db_now, counted from when the claim was sent (before the database read its
+        # clock): early, never late. Every renewal's answer sets it again (_apply).
+        self.deadline_mono: float | None = None
+        if call.deadline_at is not None:
+            self.deadline_mono = (claimed_at_monotonic + lease_left
+                                  + (call.deadline_at - call.lease_until).total_seconds())
         self.last_confirmed_lease: datetime = call.lease_until
         self.interval = call.heartbeat_seconds
         self.next_beat = time.monotonic() + self.interval
@@ -126,6 +143,28 @@ class Heartbeat:
     def seconds_confirmed(self) -> float:
         return self.confirmed_until - time.monotonic()
 
+    def time_left(self) -> float | None:
+        """Seconds before the call's deadline by the database's clock (negative once it passed);
+        None when the call has no deadline."""
+        deadline = self.deadline_mono
+        return None if deadline is None else deadline - time.monotonic()
+
+    def past_deadline(self) -> bool:
+        """The deadline has passed (the verdict was raised, or the clock says so now: then it is
+        raised here, waking whoever waits)."""
+        if self.deadline_passed._on:
+            return True
+        left = self.time_left()
+        if left is not None and left <= 0:
+            self.deadline_passed.set()
+            return True
+        return False
+
+    def wake_at(self) -> float:
+        """When the heartbeat thread must look at this lease next: its renewal, or its deadline."""
+        deadline = self.deadline_mono
+        return self.next_beat if deadline is None else min(self.next_beat, deadline)
+
     # ---------------------------------------------------------------- verdicts
     def _raise(self, flag: _Flag) -> None:
         with self._lock:
@@ -135,11 +174,11 @@ class Heartbeat:
             wake.set()
 
     def wait(self, timeout: float | None) -> None:
-        """Sleep until the lease is lost, a cancel is requested, or the timeout."""
+        """Sleep until the lease is lost, a cancel is requested, the deadline passes, or the timeout."""
         with self._lock:
             if self._wake is None:
                 self._wake = threading.Event()
-                if self.lost._on or self.cancel_requested._on:
+                if self.lost._on or self.cancel_requested._on or self.deadline_passed._on:
                     self._wake.set()
             wake = self._wake
         wake.wait(timeout)
@@ -155,6 +194,11 @@ class Heartbeat:
                 return False, None, False
             if row is None:
                 self.lost._on = True
+                # refused once the deadline has passed: the lease ended with it (it never runs past
+                # it), which is the deadline's verdict and not a renewal that failed. The estimate is
+                # early, never late: a database past the deadline means our clock is past it too.
+                if self.deadline_mono is not None and self.deadline_mono <= time.monotonic():
+                    self.deadline_passed._on = True
                 wake = self._wake
                 cancel = False
             else:
@@ -163,6 +207,9 @@ class Heartbeat:
                 margin = (self.last_confirmed_lease - row["db_now"]).total_seconds()
                 self.confirmed_until = sent + (row["lease_until"] - row["db_now"]).total_seconds()
                 self.last_confirmed_lease = row["lease_until"]
+                deadline_at = row["deadline_at"]
+                self.deadline_mono = None if deadline_at is None else \
+                    sent + (deadline_at - row["db_now"]).total_seconds()
                 cancel = bool(row["cancel_requested"]) and not self.cancel_requested._on
                 if cancel:
                     self.cancel_requested._on = True
@@ -216,7 +263,7 @@ class Renewals:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name=f"heartbeat-{self.worker.worker_id}")
                 self._thread.start()
-            elif lease.next_beat < self._wake_at:
+            elif lease.wake_at() < self._wake_at:
                 self._cond.notify()
         # granted the call again under a newer token, this worker knows the older lease is over
         if superseded is not None and superseded is not lease \
@@ -252,13 +299,24 @@ class Renewals:
                     self._wake_at = now + 1.0
                     self._cond.wait(1.0)
                     continue
-                soonest = min(lease.next_beat for lease in self._leases.values())
+                soonest = min(lease.wake_at() for lease in self._leases.values())
                 if soonest > now:
                     self._wake_at = soonest
                     self._cond.wait(soonest - now)
                     continue
+                # a lease at its deadline is over: no renewal can extend it (the database caps it
+                # there) and its call is told, as of a lost lease
+                ended = [lease for lease in self._leases.values()
+                         if lease.deadline_mono is not None and lease.deadline_mono <= now]
+                for lease in ended:
+                    del self._leases[lease.call.id]
                 due = [lease for lease in self._leases.values() if lease.next_beat <= now + lease.interval / 2]
                 self._wake_at = math.inf  # busy: a new lease need not wake us, we look again after
+            for lease in ended:
+                self.worker._log("deadline_reached", lease.call)
+                lease.deadline_passed.set()
+            if not due:
+                continue
             if self.worker.partitioned.is_set():
                 # a simulated network partition (the demo): the beat never reaches the database
                 for lease in due:

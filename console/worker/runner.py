@@ -24,7 +24,50 @@ What it guarantees for every call, whatever the handler does and however many ru
 * a lock wait or a statement timeout met on the way is journaled (`database_error`, details.cause);
 * every write is fenced: it names the call's token and changes nothing once the lease is gone;
 * a completion is durable before the next claim: the two share one transaction
-  (complete_and_claim.sql), never a buffer.
+  (complete_and_claim.sql), never a buffer;
+* a result that is not stored is kept for checking: every `result_rejected` the worker journals
+  carries `result_sha256` and `result_size`, of the very bytes it sent or would have sent
+  (console.worker.calls.serialise_result: canonical JSON, keys sorted, UTF-8).
+
+Deadlines (docs/seeds.md §004.5: one deadline for the whole chain; 4 s left, take less than 4 s).
+`ctx.time_left()` is the time left before the call's deadline_at, by the database's clock (each
+claim and heartbeat answer carries db_now and deadline_at; the worker keeps their difference on
+its monotonic clock), None without a deadline. The lease never runs past the deadline (the
+database caps it), so nothing can be written for a call after it. When the deadline passes while
+the handler runs, the handler is told as of a cancel or a lost lease: ctx.checkpoint(),
+ctx.sleep() and ctx.start_side_effect() raise DeadlinePassed. A handler of a call with a
+deadline runs on a thread of its own; one still running a heartbeat interval after the deadline
+is abandoned: the call's outcome is `deadline_passed` (journaled as `deadline_passed`), its slot
+is free for another call, and whatever it returns later is never reported done -- it is journaled
+as `result_rejected` (reason deadline_passed, written false, with its sha256 and size). Python
+cannot stop a thread: an abandoned handler keeps its thread until it returns. The sweep ends the
+call in the database by the ordinary rules (a verifiable call whose request went out unchecked
+waits in outcome_unknown).
+
+A verifiable request is checked before it is repeated (docs/seeds.md §004.8). A
+mutating_verifiable call reclaimed after its request went out carries it (ctx.call.
+previous_request_id, ctx.needs_check): ask the service, then record what it said::
+
+    if ctx.needs_check:
+        found = api.status(ctx.idempotency_key)
+        if found is not None:
+            ctx.record_check("done", {"confirmation": found["id"]})
+            return found                            # it happened: the result, no second request
+        ctx.record_check("not_done")                # ("unknown" ends the call: a human decides)
+    ctx.start_side_effect(request_id)
+
+ctx.start_side_effect() raises CheckRequired, and sends nothing, while no check followed the
+request the call carries; left uncaught, the call waits in outcome_unknown for a human.
+
+Chains. A handler that returns `ctx.next_stage(tool, idempotency_key, payload, result=...)`
+finishes its call with `result` and enqueues the chain's next stage in ONE transaction
+(worker/complete_and_enqueue.sql): the next stage exists if and only if this result was stored,
+so what was done between stages is a fact, not a guess (docs/seeds.md §000). A return value,
+not a call that enqueues at once: a handler that fails after deciding on a next stage leaves no
+stage behind, and the result and its successor cannot be separated. The database makes the next
+stage this call's child (same chain, stage + 1, a deadline no later than this one's); a rejected
+result enqueues nothing; a chain with a cancel request keeps the result and starts no stage
+(CallOutcome.next_stage_id is None).
 
 Concurrency. `Worker(..., concurrency=N)` runs up to N calls at once in one process, each on a
 thread of its own, with ONE connection for claims and writes and ONE for heartbeats and events,
@@ -50,6 +93,7 @@ Heartbeats: see console.worker.heartbeat (one statement per beat, worker/heartbe
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -75,15 +119,19 @@ from console.worker import statements
 from console.worker.calls import (
     CallOutcome,
     CancelRequested,
+    CheckRequired,
     Claimed,
     ClaimedCall,
     DeadlinePassed,
     Handler,
     LeaseLost,
+    NextStage,
+    OutcomeUnknown,
     OwnershipUnknown,
     PreconditionLapsed,
     ToolFailed,
     ToolNoAnswer,
+    serialise_result,
 )
 from console.worker.context import CallContext
 from console.worker.heartbeat import Heartbeat, Renewals, RenewalStats
@@ -91,8 +139,9 @@ from console.worker.heartbeat import Heartbeat, Renewals, RenewalStats
 log = logging.getLogger("leasectl.worker")
 
 __all__ = [
-    "CallContext", "CancelRequested", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat", "LeaseLost",
-    "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer", "Worker",
+    "CallContext", "CancelRequested", "CheckRequired", "ClaimedCall", "DeadlinePassed", "Handler", "Heartbeat",
+    "LeaseLost", "NextStage", "OutcomeUnknown", "OwnershipUnknown", "RenewalStats", "ToolFailed", "ToolNoAnswer",
+    "Worker",
 ]
 
 
@@ -104,6 +153,60 @@ FINAL_WRITE_ATTEMPTS = 3
 
 def _utcnow() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _verbatim(body: Any) -> Any:
+    return body
+
+
+def _result_param(body: bytes) -> Jsonb:
+    """The serialised result as a statement parameter, sent as it is (psycopg does not serialise
+    it again): the bytes hashed for a rejection are exactly the bytes a completion sends."""
+    return Jsonb(body, dumps=_verbatim)
+
+
+class _Abandoned(Exception):
+    """The call's handler outlived its deadline by a heartbeat interval: the worker stops waiting."""
+
+
+class _HandlerRun:
+    """A handler of a call with a deadline, on a thread of its own, so that the call's thread can
+    stop waiting for one that blocks past the deadline (a thread cannot be stopped from outside).
+    Whatever an abandoned handler returns later is journaled as a rejected result, never written."""
+
+    def __init__(self, worker: Worker, handler: Handler, ctx: CallContext) -> None:
+        self.worker = worker
+        self.handler = handler
+        self.ctx = ctx
+        self.finished = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        try:
+            self.result = self.handler(self.ctx)
+        except BaseException as exc:  # noqa: BLE001 - handed to the call's thread, which raises it again
+            self.error = exc
+        with self._lock:
+            self.finished.set()
+            abandoned = self._abandoned
+        if abandoned:
+            self.worker._late(self.ctx.call, self.result, self.error)
+
+    def abandon(self) -> bool:
+        """Stop waiting for it, unless it has just finished (then its answer is taken as usual)."""
+        with self._lock:
+            if self.finished.is_set():
+                return False
+            self._abandoned = True
+            return True
+
+    def answer(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 Observer = Callable[[str, Any, int, datetime | None], None]
@@ -264,8 +367,40 @@ class Worker:
             self.observer(kind, call.id, call.fencing_token, db_time)
 
     def _lease_lost(self, lease: Heartbeat, reason: str) -> None:
+        if lease.deadline_passed.is_set():
+            # the lease ended with the deadline, as the database caps it: not a renewal that failed
+            # (renewal_failures counts heartbeat_lost); the call's end is journaled as deadline_passed
+            self._log("lease_ended_at_deadline", lease.call, reason=reason)
+            return
         self._log("heartbeat_lost", lease.call, reason=reason)
         self._record_event(lease.call, "heartbeat_lost", {"reason": reason})
+
+    def _reject_result(self, call: ClaimedCall, body: bytes, reason: str, *, written: bool | None = None,
+                       next_stage: NextStage | None = None, **details: Any) -> None:
+        """Journal a result that is not stored, keeping what is needed to check it later: the
+        sha256 and the size of the serialised result (docs/contract.md §5, result_rejected)."""
+        facts: dict[str, Any] = {"reason": reason, **({} if written is None else {"written": written}),
+                                 "result_sha256": hashlib.sha256(body).hexdigest(), "result_size": len(body),
+                                 **details}
+        if next_stage is not None:
+            # and the stage that was not enqueued with it
+            facts["next_stage"] = {"tool": next_stage.tool, "idempotency_key": next_stage.idempotency_key}
+        self._log("result_rejected", call, reason=reason, result_sha256=facts["result_sha256"],
+                  result_size=len(body))
+        self._record_event(call, "result_rejected", facts)
+
+    def _late(self, call: ClaimedCall, result: Any, error: BaseException | None) -> None:
+        """An abandoned handler has finished, after its call's deadline: nothing is written."""
+        if error is not None:
+            self._log("late_handler_ended", call, error=f"{type(error).__name__}: {error}")
+            return
+        next_stage = result if isinstance(result, NextStage) else None
+        try:
+            body = serialise_result(next_stage.result if next_stage is not None else result)
+        except (TypeError, ValueError) as exc:
+            self._log("late_result_not_json", call, logging.WARNING, error=exc)
+            return
+        self._reject_result(call, body, "deadline_passed", written=False, next_stage=next_stage, abandoned=True)
 
     def _database_error(self, call: ClaimedCall, statement: str, error: LeasectlError) -> None:
         """A lock wait, a deadlock or a heavy statement met on the way (docs/seeds.md §004): logged, and
@@ -439,37 +574,104 @@ class Worker:
         ctx = CallContext(self, call, heartbeat)
         try:
             try:
-                result = self._handler_for(call.tool)(ctx)
+                result = self._run_handler(call, ctx, heartbeat)
             finally:
                 heartbeat.stop()
-        except CancelRequested:
+        except _Abandoned:
+            return self._ended_at_deadline(call, "abandoned")
+        except Exception as exc:  # noqa: BLE001 - a crashing tool must not crash the worker
+            outcome = self._raised(call, ctx, heartbeat, exc)
+        else:
+            outcome = self._returned(call, ctx, heartbeat, result, chain)
+        if outcome.status == "lease_lost" and heartbeat.past_deadline():
+            # nothing could be written: the lease ended with the deadline
+            return self._ended_at_deadline(call, "stopped", outcome.detail)
+        return outcome
+
+    def _run_handler(self, call: ClaimedCall, ctx: CallContext, heartbeat: Heartbeat) -> Any:
+        """The handler's answer. A call without a deadline runs it on this thread; a call with one
+        on a thread of its own, waited for until the deadline and then one heartbeat interval more
+        (time for a handler told at the deadline to stop): past that it is abandoned."""
+        handler = self._handler_for(call.tool)
+        if call.deadline_at is None:
+            return handler(ctx)
+        run = _HandlerRun(self, handler, ctx)
+        threading.Thread(target=run, daemon=True, name=f"handler-{self.worker_id}-{call.short_id}").start()
+        grace = call.heartbeat_seconds
+        while True:
+            left = heartbeat.time_left()
+            wait = grace if left is None else left + grace
+            if wait <= 0:
+                if run.abandon():
+                    raise _Abandoned(call.short_id)
+                break  # it finished at this very moment
+            # looked at again at least every interval: each renewal's answer sets the deadline anew
+            if run.finished.wait(min(wait, grace)):
+                break
+        return run.answer()
+
+    def _raised(self, call: ClaimedCall, ctx: CallContext, heartbeat: Heartbeat, exc: Exception) -> CallOutcome:
+        if ctx.ended is not None:
+            return self._checked_unknown(call, str(exc))
+        if heartbeat.past_deadline():
+            # whatever the handler met (DeadlinePassed, its own timeout sized by time_left()):
+            # past the deadline nothing is written -- the lease ended with it, and a failure
+            # slipped in during the last milliseconds would only requeue a call with no time left.
+            # The sweep ends it by the ordinary rules.
+            return self._ended_at_deadline(call, "stopped", f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, CancelRequested):
             return self._confirm_cancel(call)
-        except LeaseLost as exc:
+        if isinstance(exc, LeaseLost):
             self._log("stopped_lease_lost", call, detail=str(exc))
             return CallOutcome(call.id, call.fencing_token, "lease_lost", str(exc))
-        except OwnershipUnknown as exc:
+        if isinstance(exc, OwnershipUnknown):
             # nothing irreversible was started; the lease decides who continues
             return CallOutcome(call.id, call.fencing_token, "lease_lost", str(exc))
-        except ToolNoAnswer as exc:
+        if isinstance(exc, ToolNoAnswer):
             return self._no_answer(call, ctx, str(exc))
-        except ToolFailed as exc:
+        if isinstance(exc, CheckRequired):
+            # the handler cannot say what became of the earlier request: not a guess, a human
+            # (fail.sql's failure of a request that went out unchecked ends in outcome_unknown)
+            return self._fail(call, {"message": str(exc), "unchecked_request": exc.external_request_id},
+                              retryable=False)
+        if isinstance(exc, ToolFailed):
             return self._fail(call, {"message": str(exc)}, retryable=exc.retryable)
-        except Exception as exc:  # noqa: BLE001 - a crashing tool must not crash the worker
-            if ctx.side_effect_started:
-                return self._no_answer(call, ctx, f"{type(exc).__name__}: {exc}")
-            return self._fail(call, {"message": f"{type(exc).__name__}: {exc}"}, retryable=True)
+        if ctx.side_effect_started:
+            return self._no_answer(call, ctx, f"{type(exc).__name__}: {exc}")
+        return self._fail(call, {"message": f"{type(exc).__name__}: {exc}"}, retryable=True)
+
+    def _returned(self, call: ClaimedCall, ctx: CallContext, heartbeat: Heartbeat, result: Any,
+                  chain: bool | Callable[[], bool]) -> CallOutcome:
+        if ctx.ended is not None:
+            # the database has ended the call (record_check 'unknown'): a human decides, with no
+            # result from us
+            self._log("result_not_written", call, logging.WARNING, reason=ctx.ended)
+            return self._checked_unknown(call, "record_check: unknown")
         if heartbeat.cancel_requested.is_set() and result is None:
             return self._confirm_cancel(call)
+        next_stage = result if isinstance(result, NextStage) else None
+        try:
+            body = serialise_result(next_stage.result if next_stage is not None else result)
+        except (TypeError, ValueError) as exc:
+            return self._raised(call, ctx, heartbeat, TypeError(f"the result is not JSON: {exc}"))
+        if heartbeat.past_deadline():
+            # a late result (the worker's reckoning of the database's deadline errs early, never
+            # late): never reported done, kept by its hash
+            self._reject_result(call, body, "deadline_passed", written=False, next_stage=next_stage)
+            return CallOutcome(call.id, call.fencing_token, "result_rejected", "deadline passed before commit")
         if not heartbeat.lost.is_set() and heartbeat.seconds_confirmed() < call.heartbeat_seconds:
             # the last confirmation is old (a long pause, a stopped process): ask once more, so
             # that a lost lease is known and logged as such before anything is written
             heartbeat.beat(wait=call.heartbeat_seconds)
         if heartbeat.lost.is_set():
-            # the lease is known lost: the result is not written at all
-            self._log("result_rejected", call, reason="lease_lost")
-            self._record_event(call, "result_rejected", {"reason": "lease_lost", "written": False})
-            return CallOutcome(call.id, call.fencing_token, "result_rejected", "lease lost before commit")
-        return self._complete(call, result, chain=chain() if callable(chain) else chain)
+            # the lease is known lost (or ended with the deadline): the result is not written at all
+            reason = "deadline_passed" if heartbeat.past_deadline() else "lease_lost"
+            self._reject_result(call, body, reason, written=False, next_stage=next_stage)
+            return CallOutcome(call.id, call.fencing_token, "result_rejected",
+                               reason.replace("_", " ") + " before commit")
+        if next_stage is not None:
+            return self._complete_and_enqueue(call, body, next_stage)
+        return self._complete(call, body, chain=chain() if callable(chain) else chain)
 
     # --------------------------------------------------------------- endings
     def _guarded(self, name: str, call: ClaimedCall, **params: Any) -> dict[str, Any] | None:
@@ -509,18 +711,21 @@ class Worker:
             return row
         return None
 
-    def _complete(self, call: ClaimedCall, result: Any, *, chain: bool = False) -> CallOutcome:
+    def _wait_out_partition(self) -> None:
         if self.partitioned.is_set():
             # cut off: the write cannot reach the database; it is sent after the partition
             while self.partitioned.is_set():
                 time.sleep(0.05)
+
+    def _complete(self, call: ClaimedCall, body: bytes, *, chain: bool = False) -> CallOutcome:
+        self._wait_out_partition()
         sent = time.monotonic()
         next_call = None
         both = None
         if chain:
             try:
                 both = self._write("worker/complete_and_claim", job_id=call.id, worker_id=self.worker_id,
-                                   fencing_token=call.fencing_token, result=Jsonb(result), tools=self.tools)
+                                   fencing_token=call.fencing_token, result=_result_param(body), tools=self.tools)
             except DatabaseUnavailable:
                 pass  # fate unknown; the plain retry below cannot claim a second call by accident
             except (RowLocked, StatementTimedOut) as exc:
@@ -531,18 +736,58 @@ class Worker:
             next_call = self._claimed(both, sent)
         else:
             row = self._guarded("worker/complete", call, job_id=call.id, worker_id=self.worker_id,
-                                fencing_token=call.fencing_token, result=Jsonb(result))
+                                fencing_token=call.fencing_token, result=_result_param(body))
         if row is None and (landed := self._landed(call, "succeeded")) is not None:
             row = landed  # our first attempt committed; only its answer was lost
         if row is None:
-            self._log("result_rejected", call, reason="zero_rows")
-            self._record_event(call, "result_rejected", {"reason": "zero_rows"})
+            self._reject_result(call, body, "zero_rows")
             return CallOutcome(call.id, call.fencing_token, "result_rejected", "complete.sql: zero rows",
-                           next_call=next_call)
+                               next_call=next_call)
         self._observe("complete", call, row["finished_at"])
         self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"])
         return CallOutcome(call.id, call.fencing_token, "succeeded",
-                       completed_despite_cancel=row["completed_despite_cancel"], next_call=next_call)
+                           completed_despite_cancel=row["completed_despite_cancel"], next_call=next_call)
+
+    def _complete_and_enqueue(self, call: ClaimedCall, body: bytes, next_stage: NextStage) -> CallOutcome:
+        """Store the result and enqueue the chain's next stage in one transaction: both or neither."""
+        self._wait_out_partition()
+        row = self._guarded("worker/complete_and_enqueue", call, job_id=call.id, worker_id=self.worker_id,
+                            fencing_token=call.fencing_token, result=_result_param(body),
+                            next_tool=next_stage.tool, next_idempotency_key=next_stage.idempotency_key,
+                            next_payload=Jsonb(next_stage.payload))
+        next_id = None if row is None else row["next_id"]
+        if row is None and (landed := self._landed(call, "succeeded")) is not None:
+            # our first attempt committed, and its next stage with it; only its answer (and the
+            # next stage's id: find it by its key) was lost
+            row = landed
+        if row is None:
+            self._reject_result(call, body, "zero_rows", next_stage=next_stage)
+            return CallOutcome(call.id, call.fencing_token, "result_rejected",
+                               "complete_and_enqueue.sql: zero rows; no next stage")
+        self._observe("complete", call, row["finished_at"])
+        if next_id is None:
+            self._log("next_stage_not_enqueued", call, tool=next_stage.tool, key=next_stage.idempotency_key)
+        self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"], next_stage=next_id)
+        return CallOutcome(call.id, call.fencing_token, "succeeded",
+                           completed_despite_cancel=row["completed_despite_cancel"], next_stage_id=next_id)
+
+    def _ended_at_deadline(self, call: ClaimedCall, handler: str, detail: str = "") -> CallOutcome:
+        """The call outlived its deadline: nothing more can be written for it (its lease ended with
+        the deadline), so the worker says so in the journal and moves on; the sweep ends the call.
+        `handler`: stopped (it was told and ended) or abandoned (it still runs: whatever it returns
+        is journaled as result_rejected, never written)."""
+        self._log("deadline_passed", call, logging.WARNING, handler=handler)
+        self._record_event(call, "deadline_passed", {
+            "handler": handler,
+            "deadline_at": call.deadline_at.isoformat() if call.deadline_at is not None else None})
+        return CallOutcome(call.id, call.fencing_token, "deadline_passed",
+                           detail or f"the deadline passed; the handler was {handler}")
+
+    def _checked_unknown(self, call: ClaimedCall, detail: str) -> CallOutcome:
+        """record_check('unknown') moved the call to outcome_unknown: a human decides."""
+        self._observe("outcome_unknown", call, None)
+        self._log("outcome_unknown", call, reason="check_unknown")
+        return CallOutcome(call.id, call.fencing_token, "outcome_unknown", detail)
 
     def _confirm_cancel(self, call: ClaimedCall) -> CallOutcome:
         row = self._guarded("worker/confirm_cancel", call, job_id=call.id, worker_id=self.worker_id,
@@ -576,7 +821,7 @@ class Worker:
             if row is None:
                 self._log("outcome_unknown_rejected", call, reason="zero_rows")
                 return CallOutcome(call.id, call.fencing_token, "lease_lost",
-                               "report_outcome_unknown.sql: zero rows")
+                                   "report_outcome_unknown.sql: zero rows")
             self._observe("outcome_unknown", call, None)
             self._log("outcome_unknown", call, request=ctx.external_request_id)
             return CallOutcome(call.id, call.fencing_token, "outcome_unknown", message)

@@ -115,7 +115,7 @@ def test_frozen_worker_wakes_after_its_lease_was_taken(db, receiver_for, side_ef
                                                    operation="capture", sender="W1")
                     if side_effect == "mutating_verifiable":
                         checked = [e for e in history if e["kind"] == "side_effect_checked"]
-                        assert checked and checked[0]["actor"] == "W2" and checked[0]["details"]["found"] is True
+                        assert checked and checked[0]["actor"] == "W2" and checked[0]["details"]["found"] == "done"
                         assert final["result"]["verified"] is True, "W2 checked the status instead of redoing it"
 
                 story = [(e["kind"], e["actor"], e["fencing_token"]) for e in history]

@@ -151,8 +151,10 @@ def test_an_uncooperative_call_never_writes_its_result_after_its_loss(db, conn):
     mark_terminal(conn, ids[2], "running", tokens[ids[2]], "failed", force=True)
     assert run.done() == 3
     rejected = [e for e in events(conn, ids[2]) if e["kind"] == "result_rejected"]
-    assert rejected and rejected[0]["details"] == {"reason": "lease_lost", "written": False,
-                                                    "observed_at": rejected[0]["details"]["observed_at"]}
+    details = rejected[0]["details"] if rejected else {}
+    assert details.get("reason") == "lease_lost" and details.get("written") is False and "observed_at" in details
+    # kept for checking (docs/seeds.md §000): the late result's hash and size, never the result itself
+    assert len(details["result_sha256"]) == 64 and details["result_size"] > 0
     assert job(conn, ids[2])["result"] is None
     assert [job(conn, i)["result"] for i in ids[:2]] == [{"late": tokens[i]} for i in ids[:2]]
 

@@ -29,8 +29,9 @@ def make_handler(receiver_url: str):
         obj = payload.get("object", str(ctx.call.id))
         if ctx.call.previous_request_id and ctx.call.side_effect == "mutating_verifiable":
             found = client.status(ctx.idempotency_key, fence=ctx.fencing_token)
-            ctx.record_event("side_effect_checked", {"external_request_id": ctx.call.previous_request_id,
-                                                     "found": found is not None})
+            # what the service said, recorded before anything is sent again (worker/record_check.sql)
+            ctx.record_check("done" if found is not None else "not_done",
+                             {"confirmation": found["confirmation"]} if found is not None else None)
             if found is not None:
                 return {"confirmation": found["confirmation"], "by": ctx.worker_id, "verified": True}
         if ctx.call.side_effect == "read_only":
