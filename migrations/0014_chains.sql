@@ -60,6 +60,8 @@ alter table public.tool_jobs
     alter column accepted_at set default now();
 
 create index tool_jobs_chain on public.tool_jobs (chain_id, stage);
+-- the later stages only (most calls are chains of one): where the Chains screen finds chains
+create index tool_jobs_later_stages on public.tool_jobs (chain_id) where stage > 0;
 -- small: only calls that were ever asked to stop; what "does this chain have a cancel?" reads
 create index tool_jobs_chain_cancelled on public.tool_jobs (chain_id) where cancel_requested_at is not null;
 
@@ -70,11 +72,11 @@ alter table public.tool_jobs
 alter table public.tool_jobs validate constraint tool_jobs_lease_within_deadline;
 
 -- ---------------------------------------------------------------------------------------
--- Chain lookups. A child being enqueued and a cancel request landing on its chain meet on an
--- advisory lock of the chain (shared by enqueues, exclusive for a cancel): the cancel either
--- commits before the child is judged, and refuses it, or waits until the child is in, and a
--- `cancel --chain` then sees it. Advisory, not a row lock: a transaction left open on a chain
--- holds up that chain's enqueues and cancels, never a heartbeat.
+-- Chain lookups. No lock is taken between a child being enqueued and a cancel landing on its
+-- chain (a lock any login could hold would let it stall cancels and drains): a child that slips
+-- in as the cancel commits is never claimed (the claim and the grant rule below read the cancel)
+-- and the sweep cancels it. A worker's claim and child come from read committed transactions of
+-- their own (LCS12), so they always read the latest cancel.
 
 create function public.leasectl_chain_cancelled(p_chain_id uuid) returns boolean
 language sql stable set search_path = pg_catalog, public, pg_temp as $$
@@ -82,32 +84,12 @@ language sql stable set search_path = pg_catalog, public, pg_temp as $$
                    where c.chain_id = p_chain_id and c.cancel_requested_at is not null)
 $$;
 
-create function public.leasectl_lock_chain(p_chain_id uuid, p_exclusive boolean) returns void
-language plpgsql set search_path = pg_catalog, public, pg_temp as $$
-begin
-    -- 1279476808 = 'LCCH': leasectl's chain locks, apart from the migrator's lock
-    if p_exclusive then
-        perform pg_advisory_xact_lock(1279476808, hashtext(p_chain_id::text));
-    else
-        perform pg_advisory_xact_lock_shared(1279476808, hashtext(p_chain_id::text));
-    end if;
-end $$;
-
--- The parent's chain, stage, deadline and state, read after the chain's shared lock is taken.
+-- The parent's chain, stage, deadline and state.
 create function public.leasectl_chain_parent(p_parent_id uuid)
 returns table (chain_id uuid, stage integer, deadline_at timestamptz, state text)
-language plpgsql set search_path = pg_catalog, public, pg_temp as $$
-#variable_conflict use_column
-declare
-    v_chain uuid;
-begin
-    select j.chain_id into v_chain from public.tool_jobs j where j.id = p_parent_id;
-    if not found then
-        return;
-    end if;
-    perform public.leasectl_lock_chain(v_chain, false);
-    return query select j.chain_id, j.stage, j.deadline_at, j.state from public.tool_jobs j where j.id = p_parent_id;
-end $$;
+language sql stable set search_path = pg_catalog, public, pg_temp as $$
+    select j.chain_id, j.stage, j.deadline_at, j.state from public.tool_jobs j where j.id = p_parent_id
+$$;
 
 -- ---------------------------------------------------------------------------------------
 -- A new call: its chain, its stage, its deadline, its acceptance time.
@@ -119,10 +101,23 @@ declare
 begin
     -- accepted upstream, never later than now: a future time would hide a queue wait
     new.accepted_at := least(coalesce(new.accepted_at, now()), now());
+    -- a check is its owner's, recorded by record_check.sql on a running call: never born with one
+    new.checked_at := null;
+    new.check_found := null;
+    new.check_token := null;
+    new.check_details := null;
     if new.parent_id is null then
         new.chain_id := new.id;
         new.stage := 0;
         return new;
+    end if;
+    -- a worker's child is judged on what is committed now: from a read committed transaction of its
+    -- own (a repeatable read snapshot would miss a cancel that landed since)
+    if public.leasectl_binds_worker_identity()
+       and (current_setting('transaction_isolation') <> 'read committed'
+            or clock_timestamp() > now() + interval '2 seconds') then
+        raise exception 'a stage of chain is enqueued from a read committed transaction of its own'
+            using errcode = 'LCS12';
     end if;
     select * into p from public.leasectl_chain_parent(new.parent_id);
     if not found then
@@ -164,15 +159,24 @@ begin
     -- a grant (claim or reclaim) or a return to the queue: not in a chain asked to stop
     if (new.state = 'running' and (old.state <> 'running' or new.fencing_token <> old.fencing_token))
        or (new.state = 'queued' and old.state <> 'queued') then
+        -- judged on what is committed now: a worker's claim or requeue comes from a read committed
+        -- transaction, within seconds of its start, even inside one long statement (LCS12)
+        if public.leasectl_binds_worker_identity()
+           and (current_setting('transaction_isolation') <> 'read committed'
+                or clock_timestamp() > now() + interval '2 seconds') then
+            raise exception 'call % is claimed or requeued from a read committed transaction of its own, not one begun at %',
+                old.id, now() using errcode = 'LCS12';
+        end if;
         if public.leasectl_chain_cancelled(new.chain_id) then
             raise exception 'chain % of call % has a cancel request: none of its calls starts or is retried',
                 new.chain_id, old.id using errcode = 'LCS13';
         end if;
     end if;
 
-    -- a cancel request on a later call of a chain waits for a child being enqueued under it
-    if new.cancel_requested_at is not null and old.cancel_requested_at is null then
-        perform public.leasectl_lock_chain(new.chain_id, true);
+    -- a cancel request stands: who asked, when and why are never rewritten or erased
+    if old.cancel_requested_at is not null and new.cancel_requested_at is distinct from old.cancel_requested_at then
+        raise exception 'call % was asked to stop at %: the request stands', old.id, old.cancel_requested_at
+            using errcode = 'LCS13';
     end if;
 
     -- a check: by the owner of a live lease, under its token, dated now
@@ -189,10 +193,11 @@ begin
             raise exception 'call % is not yours to check', old.id using errcode = 'LCS14';
         end if;
         new.checked_at := now();
-        if new.check_found = 'unknown' then
-            -- nobody can say whether it happened: a human decides
-            new.state := 'outcome_unknown';
-            new.lease_until := null;
+        -- nobody can say whether it happened: a human decides, and the statement says so itself
+        -- (the state is in its SET list, so the journal records the move: record_check.sql)
+        if new.check_found = 'unknown' and (new.state <> 'outcome_unknown' or new.lease_until is not null) then
+            raise exception 'call %: a check that found unknown moves the call to outcome_unknown with no lease, in the same statement',
+                old.id using errcode = 'LCS14';
         end if;
     end if;
 
@@ -202,11 +207,17 @@ begin
        and old.external_request_id is not null then
         select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
         if v_side_effect = 'mutating_verifiable'
-           and not coalesce(old.check_found = 'not_done' and old.check_token = old.fencing_token
-                            and old.checked_at >= coalesce(old.side_effect_started_at, '-infinity'), false) then
+           and not coalesce(old.check_found = 'not_done' and old.check_token = old.fencing_token, false) then
             raise exception 'call % carries request %: ask the service first (worker/record_check.sql), then start again',
                 old.id, old.external_request_id using errcode = 'LCS14';
         end if;
+    end if;
+    -- a start sends a new request: the check that allowed it is spent (the journal keeps it)
+    if new.side_effect_started_at is not null and new.side_effect_started_at is distinct from old.side_effect_started_at then
+        new.check_found := null;
+        new.check_token := null;
+        new.checked_at := null;
+        new.check_details := null;
     end if;
     return new;
 end $$;
@@ -231,7 +242,7 @@ declare
 begin
     select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
     if v_side_effect is distinct from 'mutating_verifiable'
-       or coalesce(old.check_found = 'not_done' and old.checked_at >= old.side_effect_started_at, false) then
+       or coalesce(old.check_found = 'not_done', false) then
         return new;
     end if;
     -- an operator's mark-terminal is a human's decision on the record (journaled just before)
@@ -377,10 +388,6 @@ begin
         grant update (checked_at, check_found, check_token, check_details) on public.tool_jobs to leasectl_worker;
         grant execute on function public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text,
                                                           uuid, smallint, timestamptz, text) to leasectl_worker;
-    end if;
-    if exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_operator') then
-        grant execute on function public.leasectl_enqueue(text, text, jsonb, text, text, timestamptz, text, text,
-                                                          uuid, smallint, timestamptz, text) to leasectl_operator;
     end if;
     -- run as the role the guards recognise (the tables' owner), as 0005's functions do
     if (select proowner from pg_catalog.pg_proc

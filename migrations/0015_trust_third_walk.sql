@@ -11,12 +11,13 @@
 --                         level security, and a transaction held open kept another worker's
 --                         heartbeats waiting until its lease ran out. Enqueue now looks first, then
 --                         inserts with DO NOTHING: it locks nothing it did not create (and no
---                         longer registers a tool for a key that exists).
+--                         longer registers a tool for a key that exists). A next stage's key
+--                         taken first by another call is not handed over as that stage.
 --   locks held for ever   a worker held an agent's row (leasectl_agent_state, an insert for that
 --                         agent) or a call's, in a transaction left open with its timeouts set to 0:
---                         drains stalled, heartbeats waited. No worker login may keep a
---                         transaction that holds leasectl's tables or chain locks open for longer
---                         than the control plane allows: leasectl_end_lock_holders, run by the
+--                         drains stalled, heartbeats waited. No worker or operator login may keep
+--                         a transaction that holds leasectl's tables open for longer than the
+--                         control plane allows: leasectl_end_lock_holders, run by the
 --                         supervisor every tick, ends such sessions and journals it
 --                         (fleet_events: session_ended).
 --   a drain pre-empted    a worker registered an agent named like an operator inside a subtree,
@@ -27,8 +28,9 @@
 --                         view for everyone: a window lies between 0 and 7 days.
 --   leases unbounded      a worker wrote a lease till the year 9000, a running call with no lease,
 --                         a claim time in the future: a running call has a lease; a lease ends
---                         within a day; heartbeat, claim, finish and acceptance times are never in
---                         the future; a finish is never before the call was made.
+--                         within a day and a heartbeat within its lease; a claim time changes
+--                         only with a claim, a request's start and a finish are dated now; a
+--                         finish is never before the call was made.
 --   a completion rewrote  a worker's completion co-wrote a finish in 2001, attempt 0, "completed
 --   its story             despite cancel" without a cancel and an operator's words as the reason.
 --                         A worker's ending is dated now, the attempt counts claims only, a
@@ -50,10 +52,13 @@ alter table public.tool_jobs
     add constraint tool_jobs_running_has_a_lease
         check (state not in ('running', 'cancel_requested') or lease_until is not null) not valid,
     add constraint tool_jobs_lease_within_a_day check (lease_until <= now() + interval '1 day') not valid,
-    add constraint tool_jobs_times_not_ahead
-        check (heartbeat_at <= now() and claimed_at <= now() and finished_at <= now() and accepted_at <= now())
-        not valid,
-    add constraint tool_jobs_finished_after_made check (finished_at >= created_at) not valid;
+    -- a heartbeat is within its lease (a heartbeat in the year 9000 would read healthy for ever); no
+    -- check here reads now() against a time another transaction wrote (a long transaction of the
+    -- control plane would meet a heartbeat committed after it began): the story guard below dates
+    -- what a worker writes
+    add constraint tool_jobs_heartbeat_within_lease check (heartbeat_at <= lease_until) not valid,
+    add constraint tool_jobs_finished_after_made check (finished_at >= created_at) not valid,
+    add constraint tool_jobs_terminal_reason_bounded check (length(terminal_reason) <= 2000) not valid;
 
 alter table public.shutdowns
     add constraint shutdowns_window_bounded check (window_seconds > 0 and window_seconds <= 604800) not valid,
@@ -75,6 +80,15 @@ begin
     if public.leasectl_is_exempt() then
         return new;
     end if;
+    -- a request starts now (a backdated start would make an older check count as after it)
+    if new.side_effect_started_at is distinct from old.side_effect_started_at and new.side_effect_started_at is not null then
+        new.side_effect_started_at := now();
+    end if;
+    -- a claim time changes with a claim only
+    if new.claimed_at is distinct from old.claimed_at
+       and not (new.state = 'running' and new.fencing_token = old.fencing_token + 1) then
+        raise exception 'call %: its claim time changes only with a claim', old.id using errcode = 'LCS11';
+    end if;
     -- a request starts on a running call that stays running, its owner's, under its token, with a
     -- live lease: never together with a requeue, a finish or a new owner
     if new.side_effect_started_at is not null and new.side_effect_started_at is distinct from old.side_effect_started_at
@@ -82,6 +96,13 @@ begin
                 and new.fencing_token = old.fencing_token and old.lease_until > now()) then
         raise exception 'call %: a request starts on its owner''s running call, and nothing else changes with it',
             old.id using errcode = 'LCS07';
+    end if;
+    -- a requeue gives the call back and nothing else: no result, request, claim or heartbeat with it
+    if new.state = 'queued' and old.state <> 'queued'
+       and (new.result is distinct from old.result or new.external_request_id is distinct from old.external_request_id
+            or new.heartbeat_at is distinct from old.heartbeat_at or new.claimed_at is distinct from old.claimed_at) then
+        raise exception 'call %: a requeue gives the call back and writes nothing else of its story', old.id
+            using errcode = 'LCS11';
     end if;
     -- a grant needs an attempt left (the claim asks the same)
     if new.state = 'running' and (old.state <> 'running' or new.fencing_token <> old.fencing_token) then
@@ -119,7 +140,7 @@ end $$;
 
 create trigger tool_jobs_story_guard
     before update of state, side_effect_started_at, attempt, completed_despite_cancel, terminal_reason,
-                     fencing_token, finished_at
+                     fencing_token, finished_at, claimed_at, result, external_request_id, heartbeat_at
     on public.tool_jobs
     for each row
     execute function public.leasectl_story_guard();
@@ -163,9 +184,13 @@ language plpgsql security definer set search_path = pg_catalog, public, pg_temp 
 declare
     p record;
 begin
+    -- the same key twice is the first call; a next stage's key is that stage only under the same
+    -- parent (another login's call that took the key first is not handed over as the next stage)
     return query select j.id, j.state, j.fencing_token, j.tool, j.payload_hash, false
-                 from public.tool_jobs j where j.idempotency_key = p_idempotency_key;
-    if found then
+                 from public.tool_jobs j
+                 where j.idempotency_key = p_idempotency_key
+                   and (p_parent_id is null or j.parent_id is not distinct from p_parent_id);
+    if found or exists (select 1 from public.tool_jobs j where j.idempotency_key = p_idempotency_key) then
         return;
     end if;
     if p_parent_id is not null then
@@ -188,9 +213,11 @@ begin
     if found then
         return;
     end if;
-    -- a concurrent enqueue of the same key committed first: its call
+    -- a concurrent enqueue of the same key committed first: its call (under the same parent)
     return query select j.id, j.state, j.fencing_token, j.tool, j.payload_hash, false
-                 from public.tool_jobs j where j.idempotency_key = p_idempotency_key;
+                 from public.tool_jobs j
+                 where j.idempotency_key = p_idempotency_key
+                   and (p_parent_id is null or j.parent_id is not distinct from p_parent_id);
 end $$;
 
 create or replace function public.leasectl_enqueue(p_tool text, p_idempotency_key text, p_payload jsonb,
@@ -247,10 +274,11 @@ begin
 end $$;
 
 -- ---------------------------------------------------------------------------------------
--- The control plane ends a worker login's transaction that holds leasectl's tables or chain locks
--- for longer than it allows. A reference worker's transaction is one statement; a session that
--- sits on the fleet's rows is holding up heartbeats, drains or cancels. Superuser sessions and
--- other groups' are never touched. It needs its owner to read every session's activity and signal
+-- The control plane ends a worker's or an operator's transaction that holds leasectl's tables for
+-- longer than it allows (never less than 5 s). A reference worker's transaction is one statement,
+-- and so is each of the console's actions; a session that sits on the fleet's rows is holding up
+-- heartbeats, drains or cancels. Superusers', the control plane's and the auditor's sessions (the
+-- auditor can lock nothing) are never touched. It needs its owner to read every session's activity and signal
 -- backends (a superuser, or pg_read_all_stats and pg_signal_backend): without them it ends nothing
 -- (`leasectl doctor` says so).
 
@@ -262,9 +290,13 @@ declare
     r record;
     v_ended boolean;
 begin
-    if not exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_worker') then
+    if not exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_worker')
+       or not exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_operator') then
         return;
     end if;
+    -- never less than a few seconds, whoever asks: one statement of a worker or an operator may
+    -- legitimately wait for a lock that long
+    p_older_than := greatest(p_older_than, interval '5 seconds');
     for r in
         select distinct a.pid, a.usename::text as login, now() - a.xact_start as held_for
         from pg_catalog.pg_stat_activity a
@@ -272,13 +304,14 @@ begin
         where a.datname = current_database()
           and a.pid <> pg_backend_pid()
           and a.xact_start < now() - p_older_than
-          and pg_catalog.pg_has_role(a.usesysid, 'leasectl_worker', 'member')
+          and (pg_catalog.pg_has_role(a.usesysid, 'leasectl_worker', 'member')
+               or (pg_catalog.pg_has_role(a.usesysid, 'leasectl_operator', 'member')
+                   and not pg_catalog.pg_has_role(a.usesysid, 'leasectl_supervisor', 'member')))
           and not (select rolsuper from pg_catalog.pg_roles where oid = a.usesysid)
-          and ((l.locktype = 'relation'
-                and l.relation in ('public.tool_jobs'::regclass, 'public.agents'::regclass,
-                                   'public.grants'::regclass, 'public.shutdowns'::regclass,
-                                   'public.job_events'::regclass))
-               or (l.locktype = 'advisory' and l.classid = 1279476808))
+          and l.locktype = 'relation'
+          and l.relation in ('public.tool_jobs'::regclass, 'public.agents'::regclass,
+                             'public.grants'::regclass, 'public.shutdowns'::regclass,
+                             'public.job_events'::regclass)
     loop
         v_ended := pg_catalog.pg_terminate_backend(r.pid);
         insert into public.fleet_events (kind, actor, details)

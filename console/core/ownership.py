@@ -94,9 +94,11 @@ RULES: dict[str, str] = {
     "wrong_login": "a worker login wrote what only the database, an operator or its own name may",
 }
 
-# the state machine of migrations/0001 (leasectl_tool_jobs_guard): what may follow what
+# the state machine of migrations/0001 (leasectl_tool_jobs_guard): what may follow what; a queued
+# call whose verifiable request went out unchecked ends in outcome_unknown, not failed or cancelled
+# (migrations/0014_chains.sql)
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"running", "cancelled", "failed"}),
+    "queued": frozenset({"running", "cancelled", "failed", "outcome_unknown"}),
     "running": frozenset({"succeeded", "failed", "queued", "outcome_unknown", "cancel_requested", "cancelled"}),
     "cancel_requested": frozenset({"cancelled", "succeeded", "failed", "outcome_unknown"}),
     "outcome_unknown": frozenset({"queued", "succeeded", "failed"}),

@@ -12,7 +12,7 @@ select x.id, x.id, 'bench_tool',
        case when g % 100 = 0 then 'outcome_unknown' when g % 100 = 1 then 'cancel_requested' else 'running' end,
        'w-' || (g % 64), 1, 1, 'active:' || g, '{"n": 1}'::jsonb, 'h',
        now() - interval '2 minutes', now() - interval '2 minutes',
-       case when g % 20 = 2 then now() - interval '50 seconds' else now() end,
+       case when g % 20 = 2 or g % 50 = 3 then now() - interval '50 seconds' else now() end,
        case when g % 100 = 0 then null when g % 50 = 3 then now() - interval '5 seconds'
             else now() + interval '40 minutes' end,
        case when g % 100 = 1 then now() - interval '90 seconds' end,

@@ -1,5 +1,5 @@
--- Purpose: end the sessions of worker logins whose one transaction has held leasectl's tables (or
---   a chain's lock) for longer than older_than_seconds: a reference worker's transaction is one
+-- Purpose: end the sessions of worker and operator logins whose one transaction has held
+--   leasectl's tables for longer than older_than_seconds (at least 5): a reference worker's transaction is one
 --   statement, and a session sitting on the fleet's rows holds up heartbeats, drains and cancels
 --   (migration 0015). Each one ended is journaled in fleet_events as session_ended.
 -- Zero rows: no session held them that long (or the schema's owner may not see or signal other

@@ -8,7 +8,9 @@
 --   the check is not recorded; stop.
 -- Parameters: job_id, worker_id, fencing_token, found (done | not_done | unknown), details (jsonb)
 update tool_jobs
-set checked_at    = now(),
+set state         = case when :found::text = 'unknown' then 'outcome_unknown' else state end,
+    lease_until   = case when :found::text = 'unknown' then null else lease_until end,
+    checked_at    = now(),
     check_found   = :found::text,
     check_token   = fencing_token,
     check_details = :details::jsonb

@@ -332,3 +332,58 @@ def test_cancel_chain_asks_every_unfinished_call_of_the_chain_like_a_bulk_action
     assert child(conn, second) is None, "and no later stage starts"
     both = invoke("cancel", str(third["id"]), "--chain", "--where", "state:queued", "--reason", "x", "--yes")
     assert both.exit_code == 2 and "--chain" in both.output
+
+
+# ----------------------------------------------------------------------------- the fourth walk
+
+
+def test_a_call_is_never_born_with_a_check(conn):
+    made = conn.execute("insert into tool_jobs (idempotency_key, payload, tool, check_found, check_token, checked_at) "
+                        "values (%s, '{}', 'erp', 'not_done', 2, 'infinity') returning check_found, check_token, "
+                        "checked_at", (f"k-{uuid.uuid4().hex}",)).fetchone()
+    assert (made["check_found"], made["check_token"], made["checked_at"]) == (None, None, None)
+
+
+def test_a_check_is_spent_by_the_start_it_allowed_even_in_one_transaction(db, conn):
+    _, second = _verifiable_call_whose_request_went_out(conn)
+    with db.connect() as tx, tx.transaction():
+        assert record_check(tx, second, "w2", "not_done") is not None
+        assert start_side_effect(tx, second, "w2", "req-2") is not None
+        assert start_side_effect(tx, second, "w2", "req-3") is None, "the second request needs a second check"
+    ended = fail(conn, second, "w2", retryable=False)
+    assert ended["state"] == "outcome_unknown", "req-2 went out unchecked: not 'failed'"
+
+
+def test_a_start_is_dated_now_whatever_the_client_writes(db, pg_server, conn):
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+    enqueue(conn, "search")
+    with as_login(db, WORKER) as w:
+        c = claim(w, WORKER, ["search"])
+        started = w.execute("update tool_jobs set side_effect_started_at = now() - interval '1 hour', "
+                            "external_request_id = 'r-1' where id = %s returning side_effect_started_at, now() as t",
+                            (c["id"],)).fetchone()
+    assert started["side_effect_started_at"] == started["t"], "a backdated start would count an older check"
+
+
+def test_a_next_stage_key_taken_by_another_call_is_not_handed_over(conn):
+    first = enqueue(conn, "search")
+    c = claim(conn, "w1", ["search"])
+    assert c["id"] == first["id"]
+    enqueue(conn, "search", key="report:9:stage:2")  # taken first, by a call of no chain
+    done = run_one(conn, "worker/complete_and_enqueue", job_id=c["id"], worker_id="w1",
+                   fencing_token=c["fencing_token"], result=Jsonb({"ok": 1}), next_tool="search",
+                   next_idempotency_key="report:9:stage:2", next_payload=Jsonb({}))
+    assert done is not None and done["next_id"] is None
+
+
+def test_a_queued_verifiable_call_cancelled_with_an_unchecked_request_waits_for_a_human_and_verify_holds(db, conn):
+    from tests.helpers import cli_invoker
+
+    enqueue(conn, "erp")
+    c = claim(conn, "w1", ["erp"])
+    start_side_effect(conn, c, "w1", "req-q")
+    assert fail(conn, c, "w1", retryable=True)["state"] == "queued", "attempts left: back in the queue"
+    cancel(conn, c["id"], "queued", c["fencing_token"])
+    assert job(conn, c["id"])["state"] == "outcome_unknown"
+    assert cli_invoker(db.dsn, "alice")("audit", "verify").exit_code == 0

@@ -495,7 +495,7 @@ def test_a_claim_from_a_snapshot_older_than_the_drain_takes_nothing(owned_fleet)
             x.execute("update tool_jobs set state = 'running', owner_id = %s, fencing_token = fencing_token + 1, "
                       "attempt = attempt + 1, lease_until = now() + interval '1 minute' where id = %s",
                       (WORKER_X, call["id"]))
-        assert refused.value.sqlstate in ("40001", "LCF07")
+        assert refused.value.sqlstate in ("40001", "LCF07", "LCS12")
         x.execute("rollback")
         assert job(c, call["id"])["state"] == "queued"
 

@@ -174,6 +174,12 @@ def _own_draining(w: World) -> dict:
     return {}
 
 
+def _cancel_requested(w: World) -> dict:
+    call = w.running(A)
+    w.admin.execute("select * from leasectl_request_cancel(%s, 'running', %s, 'alice', 'stop')", (call["id"], call["token"]))
+    return call
+
+
 def _cancelled_chain(w: World) -> dict:
     """A running call of login A whose chain has a cancel request."""
     call = w.running(A)
@@ -364,6 +370,21 @@ REFUSALS = [
             "23514"),
     Refusal("an operator named by a zero-width space", OPERATOR, lambda w: w.queued(),
             "select * from public.leasectl_request_cancel(%(id)s, 'queued', 0, E'\u200b', 'nameless')", "23514"),
+    # ---- the fourth walk
+    Refusal("a claim that sleeps inside one statement to date itself back", A, lambda w: {**w.queued(), "who": A},
+            "do $$ begin perform pg_sleep(2.2); update public.tool_jobs set state = 'running', owner_id = '"
+            + A + "', fencing_token = fencing_token + 1, lease_until = now() + interval '1 minute', "
+            "attempt = attempt + 1 where idempotency_key = (select idempotency_key from public.tool_jobs "
+            "where state = 'queued' order by created_at desc limit 1); end $$", "LCS12"),
+    Refusal("an operator enqueues through the chain form", OPERATOR, lambda w: {},
+            "select * from public.leasectl_enqueue('search', gen_random_uuid()::text, '{}', null, null, null, null, "
+            "null, null, null, null, null)", "42501"),
+    Refusal("the control plane erases a cancel request", SUPERVISOR, _cancel_requested,
+            "update public.tool_jobs set cancel_requested_at = null, cancel_requested_by = null, "
+            "cancel_requested_reason = null where id = %(id)s", "LCS13"),
+    Refusal("a terminal reason of 67 KB", A, lambda w: w.running(A),
+            "update public.tool_jobs set state = 'failed', terminal_reason = repeat('x', 67000) where id = %(id)s",
+            "23514"),
     Refusal("a shutdown window of NaN", OPERATOR, lambda w: {},
             "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'alice', 'nan', 'NaN')", "23514"),
     Refusal("claim a draining agent's call by hand", A, lambda w: {**_queued_for_draining_agent(w), "who": A},

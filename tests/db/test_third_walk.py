@@ -85,7 +85,7 @@ def test_the_control_plane_ends_a_worker_session_that_sits_on_the_fleets_rows(db
         w.execute("begin")
         w.execute("select leasectl_agent_state('planner-1', true)")  # share-locks the agent's row
         pid = w.info.backend_pid
-        time.sleep(0.5)
+        time.sleep(5.3)  # the least the control plane allows a transaction (never less than 5 s)
         report = tick(conn, supervisor_id="test", sweep=False, lock_hold_limit=0.2)
         assert any(str(pid) in note for note in report.notes), report.notes
         wait_until(lambda: conn.execute("select count(*) as n from pg_stat_activity where pid = %s",
@@ -107,3 +107,43 @@ def test_a_worker_transaction_of_one_statement_is_never_ended(db, conn, logins):
         report = tick(conn, supervisor_id="test", sweep=False, lock_hold_limit=0.2)
         assert not any("ended session" in note for note in report.notes)
         assert w.execute("select 1 as one").fetchone()["one"] == 1
+
+
+def test_a_heartbeat_committed_after_the_control_plane_began_does_not_break_its_step(db, conn, logins):
+    """Before: a CHECK read now() against heartbeat_at, and a worker heartbeating in a tight loop made
+    every step of the control plane's transaction fail: the abort never reached its call."""
+    register_tool(conn, "fast", "read_only", lease_seconds=30, heartbeat_seconds=5, missed_heartbeats=2,
+                  jitter_seconds=5)
+    enqueue(conn, "fast")
+    with as_login(db, W1) as w, db.connect() as plane:
+        c = claim(w, W1, ["fast"])
+        with plane.transaction():
+            plane.execute("select now()")
+            time.sleep(0.2)
+            assert heartbeat(w, c, W1) is not None  # committed after the control plane's transaction began
+            asked = plane.execute("update tool_jobs set state = 'cancel_requested', cancel_requested_at = now(), "
+                                  "cancel_requested_by = 'control-plane' where id = %s returning state",
+                                  (c["id"],)).fetchone()
+        assert asked["state"] == "cancel_requested"
+
+
+def test_an_honest_check_that_cannot_tell_is_journaled_and_verify_holds(db, conn):
+    from psycopg.types.json import Jsonb
+
+    from tests.helpers import cli_invoker, expire_lease, start_side_effect
+
+    register_tool(conn, "erp", "mutating_verifiable", lease_seconds=1, heartbeat_seconds=0.25, missed_heartbeats=2,
+                  jitter_seconds=0.25)
+    enqueue(conn, "erp")
+    first = claim(conn, "w1", ["erp"])
+    start_side_effect(conn, first, "w1", "req-1")
+    expire_lease(conn, first["id"])
+    second = claim(conn, "w2", ["erp"])
+    checked = run_one(conn, "worker/record_check", job_id=second["id"], worker_id="w2",
+                      fencing_token=second["fencing_token"], found="unknown", details=Jsonb({}))
+    assert checked["state"] == "outcome_unknown"
+    kinds = [e["kind"] for e in conn.execute("select kind from job_events where job_id = %s order by id",
+                                             (second["id"],))]
+    assert kinds[-2:] in (["state_changed", "side_effect_checked"], ["side_effect_checked", "state_changed"])
+    result = cli_invoker(db.dsn, "alice")("audit", "verify", "--json")
+    assert result.exit_code == 0, result.output
