@@ -26,7 +26,7 @@ from console.demo.tools import DEMO_TOOLS
 from console.shared.config import SessionLimits
 from console.shared.errors import LeasectlError, RowLocked
 from console.worker import CallContext, ToolFailed, ToolNoAnswer, Worker
-from console.worker.receiver import FencedReceiver, StaleFence
+from console.worker.receiver import FencedReceiver, NoAnswer, StaleFence
 
 log = logging.getLogger("leasectl.demo")
 
@@ -40,10 +40,13 @@ SITUATIONS: list[tuple[float, str]] = [
     (11, "cancel_unheard"),    # a worker that never hears its cancel, and keeps renewing its lease
     (13, "deadline"),          # the chain's deadline passes before anyone gets to it
     (15, "attempts"),          # fails on every attempt until none is left
+    (17, "deadline_mid_stage"),  # a report chain whose deadline runs out while its second stage runs
     (24, "erp_batch"),         # a slow ERP batch keeps the ERP worker busy while a lease lies expired
     (26, "row_lock"),          # a long transaction holds a row lock; an operator action meets lock_timeout
 ]
 CYCLE_SECONDS = 120.0
+# a report's chain has this long (x tempo) from its first stage to its last
+REPORT_DEADLINE = 240.0
 
 # The agent tree (docs/seeds.md §003): a planner delegates to retrieval, code and review agents; the code
 # agent runs a sandbox that holds a database credential. The sandbox is the child that never
@@ -237,10 +240,10 @@ class Fleet:
                     while not self.stop.is_set():
                         tool = self.rng.choices(tools, weights)[0]
                         if tool == "report_export":
+                            # a chain: stage 1 enqueues stage 2 as it finishes (_export)
                             report += 1
-                            for stage in (1, 2):
-                                self.enqueue(conn, tool, {"report": report, "stage": stage},
-                                             key_prefix=f"report:{report}:stage:{stage}")
+                            self.enqueue(conn, tool, {"report": report, "stage": 1, "stages": 2},
+                                         key_prefix=f"report:{report}:stage:1", deadline_in=REPORT_DEADLINE)
                         else:
                             self.enqueue(conn, tool, self._payload(tool), key_prefix=tool.split("_")[0])
                         self.stop.wait(self.rng.uniform(0.5, 1.5) / self.rate * self.tempo)
@@ -325,6 +328,17 @@ class Fleet:
     def _set_off_deadline(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "report_export", {"report": "quarterly", "stage": 1},
                                                key_prefix="report:quarterly:stage:1", deadline_in=3,
+                                               agent=self._situation_agent()))
+
+    def _set_off_deadline_mid_stage(self) -> None:
+        """The night's trouble: a three-stage report under a 45 s deadline; stage 1 is quick, stage 2
+        meets an export service slowed to a crawl, and the chain's deadline runs out while it runs.
+        Its lease ends with the deadline (no lease outlives it), the worker writes nothing after it,
+        the sweep ends the call, and stage 3 never starts: the Chains screen (8) and the call's detail
+        show where the time went."""
+        self._with_conn(lambda c: self.enqueue(c, "report_export",
+                                               {"report": "nightly", "stage": 1, "stages": 3, "slow_stage": 2},
+                                               key_prefix="report:nightly:stage:1", deadline_in=45,
                                                agent=self._situation_agent()))
 
     def _set_off_attempts(self) -> None:
@@ -484,16 +498,34 @@ class Fleet:
         ctx.sleep(self.seconds(95 if situation == "stuck" else self.rng.uniform(4, 12)))
         return {"rows": self.rng.randrange(10, 200)}
 
+    @staticmethod
+    def _check_first(ctx: CallContext, receiver: FencedReceiver, object_id: str) -> dict[str, Any] | None:
+        """A verifiable call that carries an earlier request (a previous owner sent it, then lost
+        its lease or its answer): ask the service what became of it before sending it again, and
+        record the answer (worker/record_check.sql, journaled as side_effect_checked). Returns what
+        the service did when it did it; None when a new request may go. Asked under our token,
+        which fences the previous owner out at the service too."""
+        if not ctx.needs_check:
+            return None
+        try:
+            found = receiver.status(ctx.idempotency_key, object_id=object_id, fence=ctx.fencing_token,
+                                    execution=str(ctx.call.id))
+        except NoAnswer as exc:
+            # the status could not be read: nobody can say, a human decides (record_check raises
+            # OutcomeUnknown: the call has ended)
+            ctx.record_check("unknown", {"receiver": receiver.name, "error": str(exc)})
+            raise
+        if found is not None:
+            ctx.record_check("done", {"receiver": receiver.name, "confirmation": found["confirmation"]})
+            return found
+        ctx.record_check("not_done", {"receiver": receiver.name, "found": None})
+        return None
+
     def _erp(self, ctx: CallContext, situation: str | None) -> Any:
         order = str(ctx.payload.get("order"))
-        if ctx.call.previous_request_id:
-            # a previous owner may have sent it: ask first (under our token, which fences it out)
-            found = self.receivers.erp.status(ctx.idempotency_key, object_id=order, fence=ctx.fencing_token,
-                                              execution=str(ctx.call.id))
-            ctx.record_event("side_effect_checked", {"external_request_id": ctx.call.previous_request_id,
-                                                     "found": found is not None})
-            if found is not None:
-                return {"order": order, "confirmation": found["confirmation"], "verified": True}
+        found = self._check_first(ctx, self.receivers.erp, order)
+        if found is not None:
+            return {"order": order, "confirmation": found["confirmation"], "verified": True}
         request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
         reply = self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key,
                                           fence=ctx.fencing_token, operation="update", sender=ctx.worker_id,
@@ -514,13 +546,31 @@ class Fleet:
         return {"captured": True, "confirmation": reply.result["confirmation"]}
 
     def _export(self, ctx: CallContext) -> Any:
-        ctx.sleep(self.seconds(self.rng.uniform(8, 18)))
+        found = self._check_first(ctx, self.receivers.exports, str(ctx.payload.get("report")))
+        if found is not None:
+            return {"stage": ctx.payload.get("stage"), "file": found["confirmation"], "verified": True}
+        ctx.sleep(self.seconds(self._export_seconds(ctx)))
         request = ctx.start_side_effect(f"exp-{uuid.uuid4().hex[:8]}")
         reply = self.receivers.exports.submit(object_id=str(ctx.payload.get("report")),
                                               idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
                                               operation="write-stage", sender=ctx.worker_id, body={"request": request},
                                               execution=str(ctx.call.id))
-        return {"stage": ctx.payload.get("stage"), "file": reply.result["confirmation"]}
+        result = {"stage": ctx.payload.get("stage"), "file": reply.result["confirmation"]}
+        stage, stages = int(ctx.payload.get("stage") or 1), int(ctx.payload.get("stages") or 1)
+        if stage < stages:
+            # the next stage exists if and only if this one's file is recorded: one transaction
+            # (worker/complete_and_enqueue.sql), a child of this call with its deadline
+            key = ctx.idempotency_key.replace(f":stage:{stage}", f":stage:{stage + 1}", 1)
+            return ctx.next_stage("report_export", key, {**ctx.payload, "stage": stage + 1}, result=result)
+        return result
+
+    def _export_seconds(self, ctx: CallContext) -> float:
+        """How long a stage writes (before tempo): 8 to 18 s; in the night's trouble (slow_stage), a
+        quick first stage and then one that crawls far past its chain's deadline."""
+        slow = ctx.payload.get("slow_stage")
+        if slow is None:
+            return self.rng.uniform(8, 18)
+        return 240.0 if ctx.payload.get("stage") == slow else 5.0
 
     def _die(self, ctx: CallContext) -> Any:
         """Send the request, then die: no more heartbeats, no result, ever (like a killed pod).

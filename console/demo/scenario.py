@@ -39,7 +39,7 @@ class Story:
 
     def __init__(self, n: int, tool: str, key: str, *, created: float, payload: Any = None, agent: str = "planner-1",
                  session: str = "sess-0412", model: str = "gpt-5.1", provider: str = "openai",
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, parent: Story | None = None) -> None:
         self.id = call_id(n)
         self.row: dict[str, Any] = dict(
             id=self.id, tool=tool, state="queued", owner_id=None, lease_until=None, fencing_token=0,
@@ -48,7 +48,10 @@ class Story:
             claimed_at=None, finished_at=None, deadline_at=at(deadline) if deadline is not None else None,
             cancel_requested_at=None, cancel_requested_by=None, cancel_requested_reason=None,
             side_effect_started_at=None, external_request_id=None, retry_approved_by=None, retry_approved_at=None,
-            retry_approved_reason=None, terminal_reason=None, completed_despite_cancel=False)
+            retry_approved_reason=None, terminal_reason=None, completed_despite_cancel=False,
+            # a chain (migration 0014): a call made by another is its next stage, in its chain
+            parent_id=parent.id if parent else None, chain_id=parent.row["chain_id"] if parent else self.id,
+            stage=parent.row["stage"] + 1 if parent else 0)
         self.events: list[dict[str, Any]] = []
         self.event(created, "enqueued", agent, state_to="queued",
                    details={"tool": tool, "idempotency_key": key})
@@ -179,14 +182,19 @@ def stories() -> list[Story]:
                                                    error={"message": "HTTP 503"})
              .claim(-1420, "w-search-1", -1400).to(-1395, "failed", "w-search-1", terminal_reason="attempts exhausted",
                                                    error={"message": "HTTP 503"}))
-    # the report, in persisted stages with their own keys (lineage)
-    s.append(Story(13, "report_export", "report:42:stage:1", created=-300, payload={"report": 42, "stage": 1})
+    # the report, a chain of persisted stages with their own keys (lineage): each stage made by the one
+    # before it, under the chain's deadline (stage 3, above, is the one whose heartbeat is late)
+    s.append(Story(13, "report_export", "report:42:stage:1", created=-300, payload={"report": 42, "stage": 1},
+                   deadline=900)
              .claim(-299, "w-report-1", -239).to(-250, "succeeded", result={"rows": 120_000}))
-    s.append(Story(14, "report_export", "report:42:stage:2", created=-249, payload={"report": 42, "stage": 2})
+    s.append(Story(14, "report_export", "report:42:stage:2", created=-249, payload={"report": 42, "stage": 2},
+                   deadline=900, parent=s[-1])
              .claim(-248, "w-report-2", -188).to(-190, "succeeded", result={"file": "s3://exports/42/2.parquet"}))
-    # waiting in the queue
+    report = next(x for x in s if x.row["idempotency_key"] == "report:42:stage:3")
+    report.row.update(parent_id=s[-1].id, chain_id=s[-1].row["chain_id"], stage=2)
+    # waiting in the queue: stage 4, asked for by stage 3 while it runs
     s.append(Story(15, "report_export", "report:42:stage:4", created=-2, payload={"report": 42, "stage": 4},
-                   deadline=900))
+                   deadline=900, parent=report))
     s.append(Story(16, "payment_capture", "payment:inv-9:capture", created=-1, agent="billing-agent",
                    payload={"invoice": "inv-9", "amount": "19.90", "currency": "EUR"}))
     # an operator refusal on record: the token had moved on

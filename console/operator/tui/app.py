@@ -35,6 +35,7 @@ from console.operator.tui.screens.approvals import ApprovalsScreen
 from console.operator.tui.screens.audit import AuditScreen
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.calls import CallsScreen
+from console.operator.tui.screens.chains import ChainsScreen
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.screens.fleet import FleetScreen
 from console.operator.tui.screens.help import HelpScreen
@@ -83,10 +84,12 @@ class LeasectlApp(App[None]):
         "reconciliations": ReconciliationsScreen,
         "audit": AuditScreen,
         "metrics": MetricsScreen,
+        "chains": ChainsScreen,
     }
     SCREEN_TITLES: ClassVar[dict[str, str]] = {
         "triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals", "fleet": "4 Fleet",
-        "reconciliations": "5 Reconciliations", "audit": "6 Audit", "metrics": "7 Metrics"}
+        "reconciliations": "5 Reconciliations", "audit": "6 Audit", "metrics": "7 Metrics",
+        "chains": "8 Chains"}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "switch_mode('triage')", "Triage", tooltip="Calls that need attention, worst first"),
         Binding("2", "switch_mode('calls')", "Calls", tooltip="All calls, filterable, paged"),
@@ -96,6 +99,8 @@ class LeasectlApp(App[None]):
                 tooltip="What each shutdown left: unaccounted agents, every call, every grant"),
         Binding("6", "switch_mode('audit')", "Audit", show=False, tooltip="Who held a call when, the journal, export"),
         Binding("7", "switch_mode('metrics')", "Metrics", show=False, tooltip="Metrics by tool, model, provider"),
+        Binding("8", "switch_mode('chains')", "Chains", show=False,
+                tooltip="Chains of calls: their deadline, the stage they are at, the slowest stage"),
         Binding("question_mark", "help", "Help", tooltip="Every key binding, and what the words mean"),
         Binding("r", "refresh", "Refresh", show=False, tooltip="Fetch now"),
         Binding("q", "quit", "Quit", tooltip="Leave leasectl"),

@@ -97,6 +97,16 @@ SHOTS += [
          title="2 Calls as they were at 21:13:35 (at:): rebuilt from the history, the past said first"),
 ]
 
+# 8 Chains, and a call's chain told as one story in its detail (report:42: stage 3 runs, its heartbeat late)
+REPORT_STAGE_3 = "e91f2b64"
+SHOTS += [
+    Shot("chains", ["8"], until="where the time went",
+         title="8 Chains: each chain's deadline, the stage it is at and its slowest stage; below, where its time went"),
+    Shot("detail_chain", [*filter_to(REPORT_STAGE_3), "enter"], until="where the time went",
+         title="Call detail: its chain as one story, every stage with the deadline left when it started and ended"),
+    Shot("small_chains", ["8"], until="where the time went", size=SMALL, title="Chains at 80x24"),
+]
+
 
 def make_app(dsn: str, *, read_only: bool = False, operator: str = "dana") -> LeasectlApp:
     session = ConsoleSession(dsn, operator=operator, read_only=read_only, label="demo", clock=ANCHOR.isoformat(),

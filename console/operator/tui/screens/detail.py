@@ -1,5 +1,11 @@
-"""Call detail (enter): every field, who owned it and when, what operators did, the lineage and
-the history -- the same words as `leasectl show` and `leasectl history` (console.operator.present).
+"""Call detail (enter): every field, who owned it and when, what operators did, the lineage, its
+chain told as one story, and the history -- the same words as `leasectl show` and `leasectl
+history` (console.operator.present).
+
+The chain (docs/seeds.md §000 stages, §004 the chain's deadline): every stage of the call's chain in
+order, who held it, how it ended, how long it waited and ran, how much of the chain's deadline was
+left when it started and when it ended, the slowest stage marked (console.operator.present.chains);
+a call that is a chain of one gets one quiet line instead.
 
 The payload is neither fetched nor shown until `p` asks: it may hold personal data, and it may be
 megabytes. `p` fetches, off the UI thread, its real size and a bounded beginning; `e` exports the
@@ -23,11 +29,13 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
+from console.core.chains import Chain
 from console.core.models import CallDetail, JobSummary, PayloadPreview
-from console.db import reads
+from console.db import chains, reads
 from console.db.connect import Conn
 from console.operator import present
 from console.operator.files import atomic_write
+from console.operator.present.chains import chain_of_one, chain_story
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
 from console.operator.tui.screens.export import ExportDialog
@@ -53,6 +61,7 @@ class DetailScreen(PollingScreen):
         self.at_event = at_event  # opened from the Audit screen at this event: highlighted, scrolled to
         self.crumb = f"call {str(job_id)[:8]}"
         self.detail: CallDetail | None = None
+        self.chain: Chain | None = None
         self.reveal = False
         self.preview: PayloadPreview | None = None
 
@@ -67,17 +76,21 @@ class DetailScreen(PollingScreen):
                 with VerticalScroll(id="story-pane"):
                     yield Static(id="timeline")
                     yield Static(id="lineage")
+                    yield Static(id="chain-note")
+            with VerticalScroll(id="chain-pane"):
+                yield Static(id="chain")
             with VerticalScroll(id="history-pane"):
                 yield Static(id="history")
         yield Footer()
 
-    def load(self, conn: Conn) -> CallDetail:
-        return reads.call_detail(conn, self.job_id)
+    def load(self, conn: Conn) -> tuple[CallDetail, Chain | None]:
+        return chains.call_detail_with_chain(conn, self.job_id)
 
-    def db_now_of(self, data: CallDetail) -> datetime:
-        return data.job.db_now if data.job else datetime.now().astimezone()
+    def db_now_of(self, data: tuple[CallDetail, Chain | None]) -> datetime:
+        return data[0].job.db_now if data[0].job else datetime.now().astimezone()
 
-    def show(self, data: CallDetail) -> None:
+    def show(self, answer: tuple[CallDetail, Chain | None]) -> None:
+        data, self.chain = answer
         previous = self.detail.job if self.detail else None
         self.detail = data
         if data.job is None:
@@ -88,6 +101,7 @@ class DetailScreen(PollingScreen):
         self.query_one("#timeline", Static).update(Group(present.ownership_table(data.job.id, data.events), Text(""),
                                                          present.operator_actions(data.events)))
         self.query_one("#lineage", Static).update(present.lineage_table(data.lineage))
+        self._show_chain(self.now() or data.job.db_now)
         history = present.history_table(data.events, compact=self.size.width < NARROW)
         at = next((i for i, e in enumerate(data.events) if e.id == self.at_event), None)
         if at is not None:
@@ -119,6 +133,20 @@ class DetailScreen(PollingScreen):
     def tick(self, now: datetime) -> None:
         if self.detail and self.detail.job:
             self.query_one("#fields", Static).update(present.fields_grid(present.call_fields(self.detail.job, now)))
+            if self.chain is not None and not self.chain.over:
+                self._show_chain(now)
+
+    def _show_chain(self, now: datetime) -> None:
+        """The chain as one story in a pane of its own; a chain of one, one quiet line under the lineage."""
+        chain = self.chain
+        lone = chain is None or chain.lone
+        self.query_one("#chain-note", Static).display = lone
+        self.query_one("#chain-pane", VerticalScroll).display = not lone
+        if lone:
+            self.query_one("#chain-note", Static).update(chain_of_one(chain))
+        else:
+            assert chain is not None
+            self.query_one("#chain", Static).update(chain_story(chain, now, compact=self.size.width < NARROW))
 
     def selected_job(self) -> JobSummary | None:
         return self.detail.job if self.detail else None
