@@ -109,7 +109,8 @@ class Fleet:
         """Register the demo's tools with their lease sizing scaled by tempo, and the agents."""
         for tool in DEMO_TOOLS:
             scaled = dict(tool)
-            for key in ("lease_seconds", "heartbeat_seconds", "jitter_seconds", "stage_timeout_seconds"):
+            for key in ("lease_seconds", "heartbeat_seconds", "jitter_seconds", "stage_timeout_seconds",
+                        "min_time_left_seconds"):
                 scaled[key] = round(tool[key] * self.tempo, 3)
             run_one(conn, "admin/register_tool", **scaled)
         self.register_agents(conn)
