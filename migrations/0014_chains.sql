@@ -84,6 +84,16 @@ language sql stable set search_path = pg_catalog, public, pg_temp as $$
                    where c.chain_id = p_chain_id and c.cancel_requested_at is not null)
 $$;
 
+-- A worker's session that would judge on an old picture: a transaction that is not read committed
+-- (its snapshot misses what committed since it began), or one older than 2 s at this instant (a
+-- statement that slept: the rules' now() is its start).
+create function public.leasectl_stale_worker_transaction() returns boolean
+language sql volatile set search_path = pg_catalog, public, pg_temp as $$
+    select public.leasectl_binds_worker_identity()
+       and (current_setting('transaction_isolation') <> 'read committed'
+            or clock_timestamp() > now() + interval '2 seconds')
+$$;
+
 -- The parent's chain, stage, deadline and state.
 create function public.leasectl_chain_parent(p_parent_id uuid)
 returns table (chain_id uuid, stage integer, deadline_at timestamptz, state text)
@@ -113,9 +123,7 @@ begin
     end if;
     -- a worker's child is judged on what is committed now: from a read committed transaction of its
     -- own (a repeatable read snapshot would miss a cancel that landed since)
-    if public.leasectl_binds_worker_identity()
-       and (current_setting('transaction_isolation') <> 'read committed'
-            or clock_timestamp() > now() + interval '2 seconds') then
+    if public.leasectl_stale_worker_transaction() then
         raise exception 'a stage of chain is enqueued from a read committed transaction of its own'
             using errcode = 'LCS12';
     end if;
@@ -161,9 +169,7 @@ begin
        or (new.state = 'queued' and old.state <> 'queued') then
         -- judged on what is committed now: a worker's claim or requeue comes from a read committed
         -- transaction, within seconds of its start, even inside one long statement (LCS12)
-        if public.leasectl_binds_worker_identity()
-           and (current_setting('transaction_isolation') <> 'read committed'
-                or clock_timestamp() > now() + interval '2 seconds') then
+        if public.leasectl_stale_worker_transaction() then
             raise exception 'call % is claimed or requeued from a read committed transaction of its own, not one begun at %',
                 old.id, now() using errcode = 'LCS12';
         end if;

@@ -117,3 +117,12 @@ def test_fused_complete_and_claim_keeps_claim_and_complete_identical():
     complete = sql.load("worker/complete").source
     where = complete[complete.index("where id"):complete.index("returning")]
     assert _normalise(where) in _normalise(fused), "complete.sql's guard drifted"
+
+
+def test_complete_and_enqueue_keeps_complete_and_enqueue_identical():
+    """The fused stage end is complete.sql's guarded write and enqueue.sql's function: one text each."""
+    fused = _normalise(sql.load("worker/complete_and_enqueue").source)
+    complete = sql.load("worker/complete").source
+    write = complete[complete.index("update tool_jobs"):complete.index("returning")]
+    assert _normalise(write) in fused, "complete.sql's guarded write drifted"
+    assert "leasectl_enqueue(" in fused and "leasectl_enqueue(" in sql.load("worker/enqueue").source
