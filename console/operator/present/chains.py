@@ -155,10 +155,13 @@ def story_table(chain: Chain, now: datetime, *, compact: bool = False) -> Table:
         columns += ["started", "finished"]
     columns += ["waited", "ran", left]
     # worker- and agent-chosen text is bounded, cut with an ellipsis; the times never wrap
-    bounded = {"idempotency key": 32, "owner": 24, "tool": 18}
+    bounded = {"idempotency key": 28, "owner": 20, "tool": 18}
+    # the facts never shrink below what they need (a clock 8, an outcome 9, the deadline's two ends):
+    # when the table is wider than the pane, the key, owners and tool give way first
+    least = {"stage": 5, "call": 9, "outcome": 9, "started": 8, "finished": 8, "waited": 6, "ran": 6, left: 16}
     for column in columns:
         table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=bounded.get(column),
-                         min_width=10 if column in bounded else None)
+                         min_width=10 if column in bounded else least.get(column))
     for stage in chain.stages:
         is_slowest = slowest is not None and stage.id == slowest.id
         ran = Text(format_seconds(stage.ran(now)) if stage.started_at else "—")
