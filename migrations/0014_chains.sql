@@ -44,6 +44,7 @@ alter table public.tool_jobs
     add column priority smallint not null default 0,
     add column accepted_at timestamptz,
     add column trace_id text check (trace_id ~ '^[0-9a-f]{32}$' and trace_id <> repeat('0', 32)),
+    -- (finite, as every time of a call: 0013's tool_jobs_finite_times)
     add column checked_at timestamptz,
     add column check_found text check (check_found in ('done', 'not_done', 'unknown')),
     add column check_token bigint,
@@ -57,7 +58,8 @@ alter table public.tool_jobs enable trigger tool_jobs_guard_settled;
 alter table public.tool_jobs
     alter column chain_id set not null,
     alter column accepted_at set not null,
-    alter column accepted_at set default now();
+    alter column accepted_at set default now(),
+    add constraint tool_jobs_accepted_finite check (isfinite(accepted_at));
 
 create index tool_jobs_chain on public.tool_jobs (chain_id, stage);
 -- the later stages only (most calls are chains of one): where the Chains screen finds chains
@@ -89,16 +91,17 @@ $$;
 -- statement that slept: the rules' now() is its start).
 create function public.leasectl_stale_worker_transaction() returns boolean
 language sql volatile set search_path = pg_catalog, public, pg_temp as $$
-    select public.leasectl_binds_worker_identity()
+    -- the session's login, not current_user: enqueue runs as the schema's owner
+    select public.leasectl_is_worker_login()
        and (current_setting('transaction_isolation') <> 'read committed'
             or clock_timestamp() > now() + interval '2 seconds')
 $$;
 
 -- The parent's chain, stage, deadline and state.
 create function public.leasectl_chain_parent(p_parent_id uuid)
-returns table (chain_id uuid, stage integer, deadline_at timestamptz, state text)
+returns table (chain_id uuid, stage integer, deadline_at timestamptz, state text, owner_id text)
 language sql stable set search_path = pg_catalog, public, pg_temp as $$
-    select j.chain_id, j.stage, j.deadline_at, j.state from public.tool_jobs j where j.id = p_parent_id
+    select j.chain_id, j.stage, j.deadline_at, j.state, j.owner_id from public.tool_jobs j where j.id = p_parent_id
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -109,8 +112,18 @@ language plpgsql set search_path = pg_catalog, public, pg_temp as $$
 declare
     p record;
 begin
-    -- accepted upstream, never later than now: a future time would hide a queue wait
-    new.accepted_at := least(coalesce(new.accepted_at, now()), now());
+    -- a worker's call is made now, from a fresh read committed transaction (LCS12): one opened early
+    -- would date it before what happened since (a drain, a cancel, calls enqueued before it)
+    if public.leasectl_stale_worker_transaction() then
+        raise exception 'a call is enqueued from a read committed transaction of its own, not one begun at %', now()
+            using errcode = 'LCS12';
+    end if;
+    -- accepted upstream, never later than now nor more than a day before: a future time would hide
+    -- a queue wait, an ancient one would break every wait computed from it
+    new.accepted_at := greatest(least(coalesce(new.accepted_at, now()), now()), now() - interval '1 day');
+    -- nobody's decision comes with a new call
+    new.retry_approved_reason := null;
+    new.cancel_requested_reason := null;
     -- a check is its owner's, recorded by record_check.sql on a running call: never born with one
     new.checked_at := null;
     new.check_found := null;
@@ -121,15 +134,15 @@ begin
         new.stage := 0;
         return new;
     end if;
-    -- a worker's child is judged on what is committed now: from a read committed transaction of its
-    -- own (a repeatable read snapshot would miss a cancel that landed since)
-    if public.leasectl_stale_worker_transaction() then
-        raise exception 'a stage of chain is enqueued from a read committed transaction of its own'
-            using errcode = 'LCS12';
-    end if;
     select * into p from public.leasectl_chain_parent(new.parent_id);
     if not found then
         raise exception 'parent call % does not exist', new.parent_id using errcode = 'LCS13';
+    end if;
+    -- a worker login makes the next stage of a call it holds, nobody else's (a guessed key would hand
+    -- the owner another login's call as its next stage)
+    if public.leasectl_is_worker_login() and not public.leasectl_worker_id_bound(p.owner_id) then
+        raise exception 'call % is not yours: login % may not make its next stage', new.parent_id, session_user
+            using errcode = 'LCS13';
     end if;
     if p.state not in ('running', 'succeeded') then
         raise exception 'parent call % is %: it makes no new call', new.parent_id, p.state using errcode = 'LCS13';
@@ -210,7 +223,7 @@ begin
     -- a new start while an earlier request is on the call
     if new.side_effect_started_at is not null
        and new.side_effect_started_at is distinct from old.side_effect_started_at
-       and old.external_request_id is not null then
+       and (old.external_request_id is not null or old.side_effect_started_at is not null) then
         select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
         if v_side_effect = 'mutating_verifiable'
            and not coalesce(old.check_found = 'not_done' and old.check_token = old.fencing_token, false) then

@@ -64,7 +64,20 @@ alter table public.shutdowns
     add constraint shutdowns_window_bounded check (window_seconds > 0 and window_seconds <= 604800) not valid,
     add constraint shutdowns_requested_by_named check (requested_by ~ '[[:alnum:]]') not valid;
 
+alter table public.tool_jobs
+    add constraint tool_jobs_names_bounded
+        check (length(owner_id) <= 200 and length(agent_id) <= 200 and length(session_id) <= 200
+               and length(external_request_id) <= 500) not valid;
+
+alter table public.grants
+    add constraint grants_resource_bounded check (length(resource) <= 1000 and length(kind) <= 100) not valid;
+
+alter table public.fleet_events
+    add constraint fleet_events_details_bounded check (pg_column_size(details) <= 65536) not valid,
+    add constraint fleet_events_actor_bounded check (length(actor) <= 200) not valid;
+
 alter table public.job_events
+    add constraint job_events_actor_bounded check (length(actor) <= 200) not valid,
     add constraint job_events_details_bounded check (pg_column_size(details) <= 65536) not valid,
     add constraint job_events_operator_named check (kind not like 'operator%' or actor ~ '[[:alnum:]]') not valid;
 
@@ -79,6 +92,36 @@ declare
 begin
     if public.leasectl_is_exempt() then
         return new;
+    end if;
+    -- a worker's change is dated now, so it comes from a fresh read committed transaction (LCS12): one
+    -- opened before a drain would date a finish, a start or a check before it
+    if public.leasectl_stale_worker_transaction() then
+        raise exception 'call % is changed from a read committed transaction of its own, not one begun at %',
+            old.id, now() using errcode = 'LCS12';
+    end if;
+    if public.leasectl_binds_worker_identity() then
+        -- a queued call belongs to nobody: a worker only claims it
+        if old.state = 'queued' and new.state not in ('queued', 'running') then
+            raise exception 'call % is queued: a worker only claims it', old.id using errcode = 'LCS10';
+        end if;
+        -- a call goes back to the queue from its owner's live lease (fail.sql), with an attempt left
+        if new.state = 'queued' and old.state in ('running', 'cancel_requested')
+           and not (public.leasectl_worker_id_bound(old.owner_id) and old.lease_until > now()
+                    and old.attempt < (select t.max_attempts from public.tools t where t.name = old.tool)
+                                      + old.extra_attempts) then
+            raise exception 'call %: only its owner gives it back, while its lease is live and an attempt is left',
+                old.id using errcode = 'LCS11';
+        end if;
+        -- cancelled only after a cancel was asked; outcome unknown only after a request went out or a
+        -- check could not tell
+        if new.state = 'cancelled' and old.state <> 'cancel_requested' then
+            raise exception 'call % was not asked to stop: a worker confirms a cancel, it does not invent one', old.id
+                using errcode = 'LCS11';
+        end if;
+        if new.state = 'outcome_unknown' and old.state <> 'outcome_unknown' and old.side_effect_started_at is null
+           and new.check_found is distinct from 'unknown' and old.external_request_id is null then
+            raise exception 'call %: no request went out, so its outcome is not unknown', old.id using errcode = 'LCS11';
+        end if;
     end if;
     -- a request starts now (a backdated start would make an older check count as after it)
     if new.side_effect_started_at is distinct from old.side_effect_started_at and new.side_effect_started_at is not null then
@@ -195,7 +238,8 @@ begin
     end if;
     if p_parent_id is not null then
         select * into p from public.leasectl_chain_parent(p_parent_id);
-        if not found or p.state not in ('running', 'succeeded') or public.leasectl_chain_cancelled(p.chain_id) then
+        if not found or p.state not in ('running', 'succeeded') or public.leasectl_chain_cancelled(p.chain_id)
+           or (public.leasectl_is_worker_login() and not public.leasectl_worker_id_bound(p.owner_id)) then
             return;
         end if;
     end if;

@@ -17,7 +17,7 @@ where j.id = :job_id::uuid
   and j.fencing_token = :fencing_token::bigint
   and j.lease_until > now()
   and (j.deadline_at is null or j.deadline_at > now())
-  and (t.side_effect <> 'mutating_verifiable' or j.external_request_id is null
+  and (t.side_effect <> 'mutating_verifiable' or (j.external_request_id is null and j.side_effect_started_at is null)
        or (j.check_found = 'not_done' and j.check_token = j.fencing_token
            and j.checked_at >= coalesce(j.side_effect_started_at, '-infinity')))
 returning j.side_effect_started_at, j.lease_until, j.idempotency_key, now() as db_now

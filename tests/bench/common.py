@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import subprocess
+import tarfile
 import tempfile
 import time
 import uuid
@@ -57,10 +59,11 @@ class BenchServer:
             return False
         return True
 
-    def leasectl_database(self) -> str:
+    def leasectl_database(self, target: int | None = None) -> str:
+        """A fresh database migrated to the newest version, or only up to `target`."""
         dsn = self.fresh_database("bench_leasectl")
         with connect(dsn) as conn:
-            migrate(conn)
+            migrate(conn, target=target)
         return dsn
 
 
@@ -86,6 +89,45 @@ def bench_server(dsn: str | None) -> Iterator[BenchServer]:
             server.cleanup()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def released_queries(migration: str, into: Path) -> Path:
+    """The shared SQL as it was before `migration` (e.g. "0014_chains") was added, from git (the
+    parent of the commit that added the file; tests/db/test_migrate.py writes a release's data with
+    it): unpacked under `into`; returns its queries/ folder, for LEASECTL_QUERIES_DIR."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        added = subprocess.run(["git", "-C", str(root), "log", "--diff-filter=A", "--format=%H", "-1", "--",
+                                f"migrations/{migration}.sql"], capture_output=True, text=True, check=True).stdout
+        if not added.strip():
+            raise RuntimeError(f"git knows no commit that added migrations/{migration}.sql")
+        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", f"{added.strip()}^", "queries"],
+                                 capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise RuntimeError(f"the queries before {migration} come from git, which did not give them: {exc}") from exc
+    (into / "queries.tar").write_bytes(archive)
+    with tarfile.open(into / "queries.tar") as tar:
+        tar.extractall(into, filter="data")
+    return into / "queries"
+
+
+@contextmanager
+def queries_from(folder: Path | None) -> Iterator[None]:
+    """Load the shared SQL from `folder` (LEASECTL_QUERIES_DIR) inside the block; None: no change."""
+    if folder is None:
+        yield
+        return
+    before = os.environ.get("LEASECTL_QUERIES_DIR")
+    os.environ["LEASECTL_QUERIES_DIR"] = str(folder)
+    sql.load.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["LEASECTL_QUERIES_DIR"]
+        else:
+            os.environ["LEASECTL_QUERIES_DIR"] = before
+        sql.load.cache_clear()
 
 
 class CpuMeter:

@@ -3,7 +3,7 @@ machine's ceiling.
 
     python -m tests.bench.protocol [--dsn DSN] [--calls 6000] [--workers 1,2,4,8] [--repeat 5]
                                    [--no-peers] [--ceiling-seconds 5] [--before-indexes] [--notify-all]
-                                   [--no-checkpoint]
+                                   [--before-chains] [--no-checkpoint]
 
 For each worker count, on the same server, each run on a fresh database and right after a
 CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to measure without):
@@ -20,6 +20,11 @@ CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to mea
   -idx        with --before-indexes: the reference worker on databases without the history
               indexes of migrations 0007 (audit) and 0008 (metrics), alternated with the rest:
               leasectl / -idx is the write path after / before them
+  -0013       with --before-chains: the reference worker (this code) on databases migrated only up
+              to 0013, running the shared SQL as it was before 0014 (from git: the parent of the
+              commit that added migrations/0014_chains.sql, through LEASECTL_QUERIES_DIR),
+              alternated with the rest: leasectl / -0013 is the write path after / before 0014
+              (chains and deadlines) and 0015 (the third trust walk)
   +notify     with --notify-all: the reference worker on databases that also NOTIFY every change of
               state, claims and completions included (as the journal did before 0009), from one
               more plpgsql row trigger and with no listener connected, alternated with the rest:
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -61,7 +67,15 @@ from psycopg.types.json import Jsonb
 
 from console.db import sql
 from console.db.connect import connect, run, run_one
-from tests.bench.common import BenchServer, CpuMeter, bench_server, machine_facts, pg_bin
+from tests.bench.common import (
+    BenchServer,
+    CpuMeter,
+    bench_server,
+    machine_facts,
+    pg_bin,
+    queries_from,
+    released_queries,
+)
 
 NOOP_TOOL = dict(name="noop", side_effect="read_only", lease_seconds=30, heartbeat_seconds=10,
                  missed_heartbeats=2, jitter_seconds=5, max_attempts=3, stage_timeout_seconds=None,
@@ -170,7 +184,11 @@ def bench_bare(server: BenchServer, workers: int, calls: int, *, fused: bool = F
 # ------------------------------------------------------------------ leasectl
 
 
-def _leasectl_worker(dsn: str, index: int, go, ready) -> None:
+def _leasectl_worker(dsn: str, queries: str | None, index: int, go, ready) -> None:
+    if queries is not None:
+        # before anything loads a file: the loader caches what it loaded, for the process's life
+        os.environ["LEASECTL_QUERIES_DIR"] = queries
+        sql.load.cache_clear()
     from console.worker import Worker
 
     worker = Worker(dsn, f"bench-{index}", lambda ctx: None, poll_interval=0.01)
@@ -189,10 +207,12 @@ def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object
 
 
 def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_indexes: bool = True,
-                   notify_all: bool = False) -> Result:
-    dsn = server.leasectl_database()
+                   notify_all: bool = False, before_chains: Path | None = None) -> Result:
+    """The reference worker. `before_chains`: the shared SQL of the release before 0014 (a
+    queries/ folder), which the workers and the setup run, on a database migrated only to 0013."""
+    dsn = server.leasectl_database(target=13 if before_chains is not None else None)
     try:
-        with connect(dsn) as conn:
+        with connect(dsn) as conn, queries_from(before_chains):
             if not audit_indexes:
                 run(conn, "audit/bench_drop_indexes")
             if notify_all:
@@ -200,13 +220,15 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_index
             run(conn, "admin/register_tool", **NOOP_TOOL)
             _enqueue_noop(conn, calls, "bench")
             run(conn, "meta/bench_vacuum")
-        wall, cpu = _run_processes(server, _leasectl_worker, (dsn,), workers)
-        with connect(dsn) as conn:
+        queries = None if before_chains is None else str(before_chains)
+        wall, cpu = _run_processes(server, _leasectl_worker, (dsn, queries), workers)
+        with connect(dsn) as conn, queries_from(before_chains):
             done = run_one(conn, "bench/leasectl_done")
             assert done is not None and done["n"] == calls, f"leasectl finished {done} of {calls}"
             # enqueued + claimed + succeeded: the history is written, not skipped
             assert done["events"] >= 3 * calls, f"history has {done['events']} rows for {calls} calls"
-        name = "leasectl" + ("" if audit_indexes else "-noidx") + ("-notify" if notify_all else "")
+        name = ("leasectl" + ("" if audit_indexes else "-noidx") + ("-notify" if notify_all else "")
+                + ("-0013" if before_chains is not None else ""))
         return Result(name, workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
@@ -434,9 +456,11 @@ def _median_rate(results: list[Result]) -> float:
 
 
 def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
-                before_indexes: bool = False, notify_all: bool = False) -> dict[str, list[Result]]:
-    """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes, and with a
-    NOTIFY for every change), `repeat` rounds, each round in a rotated order."""
+                before_indexes: bool = False, notify_all: bool = False,
+                before_chains: Path | None = None) -> dict[str, list[Result]]:
+    """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes, with a
+    NOTIFY for every change, and on 0013's schema with 0013's SQL), `repeat` rounds, each round in
+    a rotated order."""
     systems: list[tuple[str, Callable[[], Result]]] = [
         ("bare", lambda: bench_bare(server, workers, calls)),
         ("bare-fused", lambda: bench_bare(server, workers, calls, fused=True)),
@@ -446,6 +470,8 @@ def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
         systems.append(("leasectl-noidx", lambda: bench_leasectl(server, workers, calls, audit_indexes=False)))
     if notify_all:
         systems.append(("leasectl-notify", lambda: bench_leasectl(server, workers, calls, notify_all=True)))
+    if before_chains is not None:
+        systems.append(("leasectl-0013", lambda: bench_leasectl(server, workers, calls, before_chains=before_chains)))
     results: dict[str, list[Result]] = {name: [] for name, _ in systems}
     n = len(systems)
     for r in range(repeat):
@@ -460,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=6000)
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--repeat", type=int, default=5,
-                        help="rounds of bare, bare fused and leasectl (and -idx, +notify) per worker count, "
+                        help="rounds of bare, bare fused and leasectl (and -idx, +notify, -0013) per worker count, "
                              "alternated (default 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument("--ceiling-seconds", type=float, default=5)
@@ -473,8 +499,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notify-all", action="store_true",
                         help="also run the reference worker on databases that NOTIFY every change of state, claims "
                              "and completions included (as before migration 0009): what announcing everything costs")
+    parser.add_argument("--before-chains", action="store_true",
+                        help="also run the reference worker on databases migrated only to 0013, with the shared SQL "
+                             "as it was before 0014 (from git): the write path before and after 0014 (chains and "
+                             "deadlines) and 0015 (the third trust walk)")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
+    with contextlib.ExitStack() as stack:
+        before_chains = None
+        if args.before_chains:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="leasectl-0013-")))
+            try:
+                before_chains = released_queries("0014_chains", tmp)
+            except RuntimeError as exc:
+                parser.error(f"--before-chains: {exc}")
+        return _report(args, counts, before_chains)
+
+
+def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | None) -> int:
     with bench_server(args.dsn) as server:
         server.checkpoints = not args.no_checkpoint
         print("leasectl protocol benchmark")
@@ -501,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
             print("  +notify:  the reference worker on databases that also NOTIFY every change of state (claims and "
                   "completions too, as before 0009), from one more plpgsql row trigger, no listener connected; "
                   "alternated with the rest; 'vs +ntf' = leasectl / that")
+        if before_chains is not None:
+            print("  -0013:    the reference worker (this code) on databases migrated only to 0013, running the shared "
+                  "SQL as it was before 0014 (from git), alternated with the rest; 'vs -0013' = leasectl / that: the "
+                  "write path after / before 0014 (chains, deadlines) and 0015 (third trust walk)")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
@@ -512,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             header += f"  {'-idx/s':>7}  {'vs -idx':>7}"
         if args.notify_all:
             header += f"  {'+notify/s':>9}  {'vs +ntf':>7}"
+        if before_chains is not None:
+            header += f"  {'-0013/s':>7}  {'vs -0013':>8}"
         if not args.no_peers:
             header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
                        f"{'busy':>4}")
@@ -520,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         for w in counts:
             ceiling = bench_ceiling(server, w, args.ceiling_seconds)
             res = _alternated(server, w, args.calls, args.repeat, before_indexes=args.before_indexes,
-                              notify_all=args.notify_all)
+                              notify_all=args.notify_all, before_chains=before_chains)
             bare, fused, ours = res["bare"], res["bare-fused"], res["leasectl"]
             ratios = [o.rate / b.rate for o, b in zip(ours, bare, strict=True)]
             cells = [f"{w:>7}", f"{ceiling:>6.0f}", f"{_median_rate(bare):>7.0f}", f"{_median_rate(fused):>9.0f}",
@@ -536,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.notify_all:
                 loud = res["leasectl-notify"]
                 cells += [f"{_median_rate(loud):>9.0f}", f"{_median_rate(ours) / _median_rate(loud):>7.2f}"]
+            if before_chains is not None:
+                old = res["leasectl-0013"]
+                cells += [f"{_median_rate(old):>7.0f}", f"{_median_rate(ours) / _median_rate(old):>8.2f}"]
             if not args.no_peers:
                 psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
                 apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)

@@ -78,8 +78,8 @@ def test_a_plain_insert_cannot_give_a_child_a_later_deadline_or_another_chain(db
         ensure_login(admin, WORKER, "leasectl_worker")
     deadline = now(conn) + timedelta(minutes=1)
     parent = enqueue(conn, "search", deadline_at=deadline)
-    claim(conn, "w1", ["search"])
     with as_login(db, WORKER) as w:
+        assert claim(w, WORKER, ["search"])["id"] == parent["id"]
         made = w.execute(
             "insert into tool_jobs (idempotency_key, payload, tool, parent_id, chain_id, stage, deadline_at) "
             "values (%s, '{}', 'search', %s, gen_random_uuid(), 42, now() + interval '1 day') "
@@ -387,3 +387,29 @@ def test_a_queued_verifiable_call_cancelled_with_an_unchecked_request_waits_for_
     cancel(conn, c["id"], "queued", c["fencing_token"])
     assert job(conn, c["id"])["state"] == "outcome_unknown"
     assert cli_invoker(db.dsn, "alice")("audit", "verify").exit_code == 0
+
+
+def test_a_worker_makes_the_next_stage_of_its_own_call_only(db, pg_server, conn):
+    """Before: another login enqueued a payment under the guessable key of a worker's next stage,
+    and the owner's complete_and_enqueue.sql handed it back as that stage."""
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+        ensure_login(admin, WORKER + "_b", "leasectl_worker")
+    parent = enqueue(conn, "search")
+    with as_login(db, WORKER) as w, as_login(db, WORKER + "_b") as other:
+        assert claim(w, WORKER, ["search"])["id"] == parent["id"]
+        squat = run_one(other, "worker/enqueue", tool="search", idempotency_key="next:1", payload=Jsonb({}),
+                        agent_id=None, session_id=None, deadline_at=None, model=None, provider=None,
+                        parent_id=parent["id"])
+        assert squat is None, "zero rows: not its call"
+        with pytest.raises(psycopg.Error) as refused:
+            other.execute("insert into tool_jobs (idempotency_key, payload, tool, parent_id) "
+                          "values ('next:1', '{}', 'search', %s)", (parent["id"],))
+        assert refused.value.sqlstate == "LCS13"
+
+
+def test_a_start_with_no_request_id_still_needs_a_check_before_the_next(conn):
+    enqueue(conn, "erp")
+    c = claim(conn, "w1", ["erp"])
+    assert start_side_effect(conn, c, "w1", None) is not None  # a start that names no request
+    assert start_side_effect(conn, c, "w1", "req-2") is None, "a second start needs a check all the same"

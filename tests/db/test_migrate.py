@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import tarfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,10 +13,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from console.db import sql
 from console.db.connect import connect
 from console.db.migrate import check_compatible, discover, known_version, migrate
 from console.shared.errors import SchemaError
+from tests.bench import common as bench_common
 
 
 def test_migrate_is_idempotent(empty_db):
@@ -123,28 +121,12 @@ def test_migrating_as_a_user_without_createrole_works_with_a_notice(pg_server):
 def released_queries(migration: str, tmp: Path) -> Iterator[None]:
     """The shared SQL as the last release before `migration` shipped it (from git): what workers
     and consoles of that release ran against that release's schema, to write its data."""
-    root = Path(__file__).resolve().parents[2]
     try:
-        added = subprocess.run(["git", "-C", str(root), "log", "--diff-filter=A", "--format=%H", "-1", "--",
-                                f"migrations/{migration}.sql"], capture_output=True, text=True, check=True).stdout
-        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", f"{added.strip()}^", "queries"],
-                                 capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"the previous release's queries come from git, which is not here: {exc}")
-    (tmp / "queries.tar").write_bytes(archive)
-    with tarfile.open(tmp / "queries.tar") as tar:
-        tar.extractall(tmp, filter="data")
-    before = os.environ.get("LEASECTL_QUERIES_DIR")
-    os.environ["LEASECTL_QUERIES_DIR"] = str(tmp / "queries")
-    sql.load.cache_clear()
-    try:
+        folder = bench_common.released_queries(migration, tmp)
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    with bench_common.queries_from(folder):
         yield
-    finally:
-        if before is None:
-            del os.environ["LEASECTL_QUERIES_DIR"]
-        else:
-            os.environ["LEASECTL_QUERIES_DIR"] = before
-        sql.load.cache_clear()
 
 
 def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, pg_server, tmp_path):
