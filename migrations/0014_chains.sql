@@ -211,6 +211,10 @@ begin
            and not public.leasectl_worker_id_bound(old.owner_id) then
             raise exception 'call % is not yours to check', old.id using errcode = 'LCS14';
         end if;
+        if new.side_effect_started_at is distinct from old.side_effect_started_at then
+            raise exception 'call %: a check and a start are two statements (the check is journaled first)', old.id
+                using errcode = 'LCS14';
+        end if;
         new.checked_at := now();
         -- nobody can say whether it happened: a human decides, and the statement says so itself
         -- (the state is in its SET list, so the journal records the move: record_check.sql)
@@ -304,8 +308,9 @@ begin
     return null;
 end $$;
 
+-- any of the check's columns named in a statement (checked_at is stamped by the guard, not named)
 create trigger tool_jobs_journal_check
-    after update of checked_at on public.tool_jobs
+    after update of checked_at, check_found, check_token, check_details on public.tool_jobs
     for each row
     when (new.checked_at is distinct from old.checked_at)
     execute function public.leasectl_journal_check();

@@ -112,6 +112,14 @@ begin
             raise exception 'call %: only its owner gives it back, while its lease is live and an attempt is left',
                 old.id using errcode = 'LCS11';
         end if;
+        -- a cancel is asked by an operator or the control plane, never by the worker of the call
+        if new.state = 'cancel_requested' and old.state <> 'cancel_requested' then
+            raise exception 'call %: a worker confirms a cancel, it does not ask for one', old.id using errcode = 'LCS11';
+        end if;
+        -- an error comes with the ending or the move it explains (fail.sql, report_outcome_unknown.sql)
+        if new.error is distinct from old.error and new.state = old.state then
+            raise exception 'call %: an error is written with the state it explains', old.id using errcode = 'LCS11';
+        end if;
         -- cancelled only after a cancel was asked; outcome unknown only after a request went out or a
         -- check could not tell
         if new.state = 'cancelled' and old.state <> 'cancel_requested' then
@@ -183,7 +191,7 @@ end $$;
 
 create trigger tool_jobs_story_guard
     before update of state, side_effect_started_at, attempt, completed_despite_cancel, terminal_reason,
-                     fencing_token, finished_at, claimed_at, result, external_request_id, heartbeat_at
+                     fencing_token, finished_at, claimed_at, result, external_request_id, heartbeat_at, error
     on public.tool_jobs
     for each row
     execute function public.leasectl_story_guard();

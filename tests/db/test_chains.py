@@ -413,3 +413,16 @@ def test_a_start_with_no_request_id_still_needs_a_check_before_the_next(conn):
     c = claim(conn, "w1", ["erp"])
     assert start_side_effect(conn, c, "w1", None) is not None  # a start that names no request
     assert start_side_effect(conn, c, "w1", "req-2") is None, "a second start needs a check all the same"
+
+
+def test_a_check_written_without_record_check_is_journaled_all_the_same(db, pg_server, conn):
+    """Before: naming check_found alone (checked_at stamped by the guard) left no side_effect_checked row."""
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+    enqueue(conn, "erp")
+    with as_login(db, WORKER) as w:
+        c = claim(w, WORKER, ["erp"])
+        w.execute("update tool_jobs set check_found = 'not_done', check_token = fencing_token where id = %s",
+                  (c["id"],))
+    checks = [e for e in events(conn, c["id"]) if e["kind"] == "side_effect_checked"]
+    assert len(checks) == 1 and checks[0]["details"]["found"] == "not_done" and checks[0]["actor"] == WORKER

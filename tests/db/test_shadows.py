@@ -395,6 +395,11 @@ REFUSALS = [
     Refusal("finish one's call from a transaction opened long before", A, lambda w: w.running(A),
             "update public.tool_jobs set state = 'succeeded', result = '{}' where id = %(id)s", "LCS12",
             before=("begin", "select pg_sleep(2.2)")),
+    # ---- the sixth walk
+    Refusal("ask for a cancel of one's own call", A, lambda w: w.running(A),
+            "update public.tool_jobs set state = 'cancel_requested' where id = %(id)s", "LCS11"),
+    Refusal("write an error on one's running call", A, lambda w: w.running(A),
+            "update public.tool_jobs set error = '{\"unchecked_request\": \"R9\"}' where id = %(id)s", "LCS11"),
     Refusal("a shutdown window of NaN", OPERATOR, lambda w: {},
             "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'alice', 'nan', 'NaN')", "23514"),
     Refusal("claim a draining agent's call by hand", A, lambda w: {**_queued_for_draining_agent(w), "who": A},

@@ -226,17 +226,6 @@ class AuditScreen(PollingScreen):
         self.cursors.append(data.events[-1].id)
         self.refetch()
 
-    def action_previous_page(self) -> None:
-        if len(self.cursors) == 1:
-            self.app.notify("This is the newest page.")
-            return
-        self.cursors.pop()
-        self.refetch()
-
-    def action_first_page(self) -> None:
-        self.cursors = [None]
-        self.refetch()
-
     # ------------------------------------------------------------------ opening
     def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
         self.action_open_event()

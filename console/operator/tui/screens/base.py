@@ -130,6 +130,21 @@ class PollingScreen(Screen[None]):
         is dropped when it lands. The caller fetches anew."""
         self._generation += 1
 
+    # ------------------------------------------------------------------ pages
+    # A screen that pages keeps `cursors`: each page's start, the newest page's None (Calls, Audit).
+    cursors: list[Any]
+
+    def action_previous_page(self) -> None:
+        if len(self.cursors) == 1:
+            self.app.notify("This is the newest page.")
+            return
+        self.cursors.pop()
+        self.refetch()
+
+    def action_first_page(self) -> None:
+        self.cursors = [None]
+        self.refetch()
+
     def refetch(self) -> None:
         """Fetch what the screen now asks for; an answer to the old question is dropped."""
         self.invalidate()

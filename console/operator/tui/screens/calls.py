@@ -160,13 +160,3 @@ class CallsScreen(CallListScreen):
         self.cursors.append((last.created_at, last.id))
         self.refetch()
 
-    def action_previous_page(self) -> None:
-        if len(self.cursors) == 1:
-            self.app.notify("This is the newest page.")
-            return
-        self.cursors.pop()
-        self.refetch()
-
-    def action_first_page(self) -> None:
-        self.cursors = [None]
-        self.refetch()
