@@ -312,7 +312,10 @@ end $$;
 create trigger tool_jobs_journal_check
     after update of checked_at, check_found, check_token, check_details on public.tool_jobs
     for each row
-    when (new.checked_at is distinct from old.checked_at)
+    -- any change of the check, even two in one transaction (checked_at is the same now() in both)
+    when ((new.checked_at, new.check_found, new.check_token, new.check_details)
+          is distinct from (old.checked_at, old.check_found, old.check_token, old.check_details)
+          and new.check_found is not null)
     execute function public.leasectl_journal_check();
 
 create function public.leasectl_job_events_check_kind() returns trigger

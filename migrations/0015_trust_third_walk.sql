@@ -116,9 +116,27 @@ begin
         if new.state = 'cancel_requested' and old.state <> 'cancel_requested' then
             raise exception 'call %: a worker confirms a cancel, it does not ask for one', old.id using errcode = 'LCS11';
         end if;
-        -- an error comes with the ending or the move it explains (fail.sql, report_outcome_unknown.sql)
-        if new.error is distinct from old.error and new.state = old.state then
+        -- an error comes with the ending or the move it explains (fail.sql, report_outcome_unknown.sql);
+        -- a success brings a result and nothing else; a result comes with a success only
+        if new.error is distinct from old.error and (new.state = old.state or new.state = 'succeeded') then
             raise exception 'call %: an error is written with the state it explains', old.id using errcode = 'LCS11';
+        end if;
+        if new.result is distinct from old.result and new.state <> 'succeeded' then
+            raise exception 'call %: a result comes with its success', old.id using errcode = 'LCS11';
+        end if;
+        if new.terminal_reason is distinct from old.terminal_reason
+           and (new.state = 'succeeded' or new.terminal_reason ~* '^\W*marked\M') then
+            raise exception 'call %: a worker''s ending says why in its own words, never an operator''s', old.id
+                using errcode = 'LCS11';
+        end if;
+        -- a request id comes with a start (start_side_effect.sql), never alone
+        if new.external_request_id is distinct from old.external_request_id
+           and new.side_effect_started_at is not distinct from old.side_effect_started_at then
+            raise exception 'call %: a request id comes with the start of its request', old.id using errcode = 'LCS07';
+        end if;
+        -- one start per transaction: a second one would share its time, and the journal dates starts
+        if new.side_effect_started_at is distinct from old.side_effect_started_at and old.side_effect_started_at = now() then
+            raise exception 'call %: one request starts per transaction', old.id using errcode = 'LCS07';
         end if;
         -- cancelled only after a cancel was asked; outcome unknown only after a request went out or a
         -- check could not tell

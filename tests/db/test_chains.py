@@ -426,3 +426,17 @@ def test_a_check_written_without_record_check_is_journaled_all_the_same(db, pg_s
                   (c["id"],))
     checks = [e for e in events(conn, c["id"]) if e["kind"] == "side_effect_checked"]
     assert len(checks) == 1 and checks[0]["details"]["found"] == "not_done" and checks[0]["actor"] == WORKER
+
+
+def test_a_check_changed_twice_in_one_transaction_is_journaled_twice(db, pg_server, conn):
+    with pg_server.admin() as admin:
+        ensure_login(admin, WORKER, "leasectl_worker")
+    enqueue(conn, "erp")
+    with as_login(db, WORKER) as w:
+        c = claim(w, WORKER, ["erp"])
+        with w.transaction():
+            for found in ("done", "not_done"):
+                w.execute("update tool_jobs set check_found = %s, check_token = fencing_token where id = %s",
+                          (found, c["id"]))
+    found = [e["details"]["found"] for e in events(conn, c["id"]) if e["kind"] == "side_effect_checked"]
+    assert found == ["done", "not_done"]

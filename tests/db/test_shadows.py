@@ -400,6 +400,19 @@ REFUSALS = [
             "update public.tool_jobs set state = 'cancel_requested' where id = %(id)s", "LCS11"),
     Refusal("write an error on one's running call", A, lambda w: w.running(A),
             "update public.tool_jobs set error = '{\"unchecked_request\": \"R9\"}' where id = %(id)s", "LCS11"),
+    # ---- the seventh walk
+    Refusal("a result on a running call", A, lambda w: w.running(A),
+            "update public.tool_jobs set result = '{\"paid\": \"by a\"}' where id = %(id)s", "LCS11"),
+    Refusal("an ending in an operator's words, capitalised", A, lambda w: w.running(A),
+            "update public.tool_jobs set state = 'failed', terminal_reason = ' Marked failed by alice' "
+            "where id = %(id)s", "LCS11"),
+    Refusal("a request id with no start", A, lambda w: w.running(A),
+            "update public.tool_jobs set external_request_id = 'fake' where id = %(id)s", "LCS07"),
+    Refusal("two starts in one transaction", A, lambda w: w.running(A, "pay"),
+            "update public.tool_jobs set side_effect_started_at = clock_timestamp(), external_request_id = 'r-2' "
+            "where id = %(id)s", "LCS07",
+            before=("begin", "update public.tool_jobs set side_effect_started_at = now(), external_request_id = 'r-1' "
+                             "where state = 'running' and tool = 'pay' and owner_id = session_user")),
     Refusal("a shutdown window of NaN", OPERATOR, lambda w: {},
             "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'alice', 'nan', 'NaN')", "23514"),
     Refusal("claim a draining agent's call by hand", A, lambda w: {**_queued_for_draining_agent(w), "who": A},
