@@ -224,6 +224,16 @@ begin
         end if;
     end if;
 
+    -- an unverifiable request is sent at most once without a human (docs/seeds.md §004.8): the
+    -- approved retry clears the mark (leasectl_approve_retry), nothing else lets a second one out
+    if new.side_effect_started_at is not null and old.side_effect_started_at is not null
+       and new.side_effect_started_at is distinct from old.side_effect_started_at then
+        select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
+        if v_side_effect = 'mutating_unverifiable' then
+            raise exception 'call % already sent its unverifiable request %: only a human''s approved retry sends another',
+                old.id, old.external_request_id using errcode = 'LCS07';
+        end if;
+    end if;
     -- a new start while an earlier request is on the call
     if new.side_effect_started_at is not null
        and new.side_effect_started_at is distinct from old.side_effect_started_at

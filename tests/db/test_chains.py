@@ -440,3 +440,16 @@ def test_a_check_changed_twice_in_one_transaction_is_journaled_twice(db, pg_serv
                           (found, c["id"]))
     found = [e["details"]["found"] for e in events(conn, c["id"]) if e["kind"] == "side_effect_checked"]
     assert found == ["done", "not_done"]
+
+
+def test_an_unverifiable_request_goes_out_once_per_human_decision(conn):
+    """Before: the owner started its payment again in a new transaction, under the same token."""
+    register_tool(conn, "pay", "mutating_unverifiable", **FAST)
+    enqueue(conn, "pay")
+    c = claim(conn, "w1", ["pay"])
+    assert start_side_effect(conn, c, "w1", "psp-1") is not None
+    assert start_side_effect(conn, c, "w1", "psp-2") is None, "zero rows: a second payment needs a human"
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute("update tool_jobs set side_effect_started_at = clock_timestamp(), external_request_id = 'psp-3' "
+                     "where id = %s", (c["id"],))
+    assert refused.value.sqlstate == "LCS07"
