@@ -546,10 +546,11 @@ def test_a_worker_cannot_erase_the_mark_of_an_unverifiable_side_effect(db, login
             assert row["side_effect_started_at"] is not None and row["external_request_id"] == "pay-req-1", \
                 (stmt, state)
         time.sleep(0.01)  # a later transaction: a later now()
-        again = start_side_effect(a, c, A, request_id="pay-req-2")  # a new request: a new start, journaled
-        assert again is not None and raw(admin, c["id"])["external_request_id"] == "pay-req-2"
+        # an unverifiable request goes out once per human decision (migration 0014): no second start
+        assert start_side_effect(a, c, A, request_id="pay-req-2") is None
+        assert raw(admin, c["id"])["external_request_id"] == "pay-req-1"
         assert [e["details"].get("external_request_id") for e in events(admin, c["id"])
-                if e["kind"] == "tool_request_started"] == ["pay-req-1", "pay-req-2"]
+                if e["kind"] == "tool_request_started"] == ["pay-req-1"]
         assert sqlstate_of(a, "update tool_jobs set side_effect_started_at = side_effect_started_at - "
                               "interval '1 hour' where id = %s", (c["id"],)) == "LCS07", "not back in time"
         failed = fail(a, c, A)
@@ -558,4 +559,4 @@ def test_a_worker_cannot_erase_the_mark_of_an_unverifiable_side_effect(db, login
     approve(admin, c["id"], "outcome_unknown", c["fencing_token"], operator="ana")
     approved = raw(admin, c["id"])
     assert approved["state"] == "queued" and approved["side_effect_started_at"] is None
-    assert approved["external_request_id"] == "pay-req-2", "the next owner sees which request may have run"
+    assert approved["external_request_id"] == "pay-req-1", "the next owner sees which request may have run"
