@@ -116,10 +116,12 @@ def test_renewals_stay_hot_and_journal_nothing(db, conn):
     updates, hot = tool_jobs_updates(conn, since=before)
     # HOT needs room on the page, and room comes back by pruning, which waits for the server's
     # oldest snapshot: on a busy shared server (the test tiers run four at once) some renewals
-    # find no room. An index over a column a renewal moves makes every one of them non-HOT, so
-    # half is a bound that cannot pass with such an index; the share itself is the protocol
-    # benchmark's figure (96-98 % there), not a test's.
-    assert updates >= 200 and hot / updates >= 0.5, (updates, hot)
+    # find no room, and since 0014's chain columns a row is ~50 bytes wider, so fewer new
+    # versions fit before a prune (measured 45 % here under four parallel tiers, 100 % alone). An
+    # index over a column a renewal moves makes every one of them non-HOT (0 %), so a quarter is a
+    # bound that still cannot pass with such an index; the share itself is the protocol
+    # benchmark's figure, not a test's.
+    assert updates >= 200 and hot / updates >= 0.25, (updates, hot)
     definitions = [r["d"] for r in conn.execute(  # columns, expressions and partial predicates alike
         "select pg_get_indexdef(indexrelid) as d from pg_index where indrelid = 'tool_jobs'::regclass").fetchall()]
     assert definitions and not [d for d in definitions if "lease_until" in d or "heartbeat_at" in d], \
