@@ -28,8 +28,7 @@ import uuid
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from console.core.filters import Filter, key_list, keyed_term
 from console.core.models import Event, JobSummary, Row
 from console.core.ownership import (
     CHANGE_KINDS,
@@ -199,15 +198,12 @@ _HEX = re.compile(r"^[0-9a-fA-F-]{1,36}$")
 
 
 def audit_grammar() -> str:
-    keys = " ".join(f"{k}:…" for k in AUDIT_KEYS)
-    return (f"audit filter keys: {keys}. A bare word is a call-id prefix. Times are {TIME_FORMS}. "
+    return (f"audit filter keys: {key_list(AUDIT_KEYS)}. A bare word is a call-id prefix. Times are {TIME_FORMS}. "
             "e.g. job:8f1b at:2026-12-03T02:13:00Z, or operator:alice since:3d")
 
 
-class AuditFilter(BaseModel):
+class AuditFilter(Filter):
     """The Audit screen's filter, its times resolved once (an age means that long before it was typed)."""
-
-    model_config = ConfigDict(frozen=True)
 
     job: str | None = None
     owner: str | None = None
@@ -217,14 +213,10 @@ class AuditFilter(BaseModel):
     until: datetime | None = None
     at: datetime | None = None
     at_zone: str = "UTC"
-    text: dict[str, str] = {}
+    text: dict[str, str] = {}  # as typed
 
-    @property
-    def empty(self) -> bool:
-        return not self.text
-
-    def describe(self) -> str:
-        return " ".join(f"{k}:{v}" for k, v in self.text.items())
+    def keyed(self) -> dict[str, str]:
+        return self.text
 
     @property
     def upto(self) -> datetime | None:
@@ -242,17 +234,13 @@ def parse_audit_filter(text: str, *, now: datetime | None = None) -> AuditFilter
     since: after until: is a BadInput whose hint is the grammar."""
     values: dict[str, str] = {}
     for token in text.split():
-        name, sep, value = token.partition(":")
-        if not sep:
+        term = keyed_term(token, AUDIT_KEYS, audit_grammar)
+        if term is None:
             if not _HEX.match(token):
                 raise BadInput(f"'{sanitize(token, max_chars=60)}' is not a call-id prefix; name its key "
                                f"(owner:{sanitize(token, max_chars=40)} for a worker)", hint=audit_grammar())
-            name, value = "job", token
-        elif name not in AUDIT_KEYS:
-            raise BadInput(f"unknown filter key '{sanitize(name, max_chars=40)}:' in "
-                           f"'{sanitize(token, max_chars=60)}'", hint=audit_grammar())
-        elif not value:
-            raise BadInput(f"'{sanitize(token, max_chars=60)}': nothing after '{name}:'", hint=audit_grammar())
+            term = ("job", token)
+        name, value = term
         if name in values and values[name] != value:
             raise BadInput(f"'{sanitize(token, max_chars=60)}': {name}: is given twice", hint=audit_grammar())
         values[name] = value

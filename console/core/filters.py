@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Container, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
@@ -54,19 +55,55 @@ KEYS: dict[str, tuple[str, str]] = {
     "priority": ("priority", "a priority, exactly: an integer (higher is claimed first)"),
     "at": ("at", "an instant of the past, to see every call as it was then (2026-12-03T02:13Z, 2h)"),
 }
+KEY_OF = {field: key for key, (field, _) in KEYS.items()}  # JobFilter field -> its filter key
 _HEX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
 
 
+def key_list(keys: Iterable[str]) -> str:
+    """`state:… tool:…`: the keys of a filter grammar, as its help names them."""
+    return " ".join(f"{k}:…" for k in keys)
+
+
+def keyed_term(token: str, keys: Container[str], grammar_words: Callable[[], str]) -> tuple[str, str] | None:
+    """`key:value`, checked against a grammar's keys; None for a bare word. An unknown key, or
+    nothing after its colon, is bad input whose hint is the grammar."""
+    name, sep, value = token.partition(":")
+    if not sep:
+        return None
+    if name not in keys:
+        raise BadInput(f"unknown filter key '{sanitize(name, max_chars=40)}:' in "
+                       f"'{sanitize(token, max_chars=60)}'", hint=grammar_words())
+    if not value:
+        raise BadInput(f"'{sanitize(token, max_chars=60)}': nothing after '{name}:'", hint=grammar_words())
+    return name, value
+
+
 def grammar() -> str:
-    keys = " ".join(f"{k}:…" for k in KEYS)
-    return (f"filter keys: {keys}. A bare word is a state, a lease-health label or an id prefix; "
+    return (f"filter keys: {key_list(KEYS)}. A bare word is a state, a lease-health label or an id prefix; "
             "e.g. state:running tool:web_search health:zombie")
 
 
-class JobFilter(BaseModel):
-    """A filter of calls; every field None means no filter."""
+class Filter(BaseModel):
+    """What every list's filter is (`/`, console/operator/tui/screens/base.py): frozen, and read back
+    key by key as its grammar writes it; empty when it filters nothing."""
 
     model_config = ConfigDict(frozen=True)
+
+    def keyed(self) -> Mapping[str, object]:
+        """Each key that filters, with its value, in order."""
+        raise NotImplementedError
+
+    @property
+    def empty(self) -> bool:
+        return not self.keyed()
+
+    def describe(self) -> str:
+        """The filter in its own grammar (what the screen shows as active)."""
+        return " ".join(f"{k}:{v}" for k, v in self.keyed().items())
+
+
+class JobFilter(Filter):
+    """A filter of calls; every field None means no filter."""
 
     state: str | None = None
     tool: str | None = None
@@ -136,18 +173,9 @@ class JobFilter(BaseModel):
             raise ValueError(f"priority {value} is out of range (-32768 to 32767)")
         return value
 
-    def _given(self) -> dict[str, object]:
-        """The fields that filter (priority 0 does: a value, not a blank)."""
-        return {k: v for k, v in self.model_dump().items() if v is not None and v != ""}
-
-    @property
-    def empty(self) -> bool:
-        return not self._given()
-
-    def describe(self) -> str:
-        """The filter in its own grammar (what the screen shows as active)."""
-        by_field = {field: key for key, (field, _) in KEYS.items()}
-        return " ".join(f"{by_field[k]}:{v}" for k, v in self._given().items())
+    def keyed(self) -> dict[str, object]:
+        """The fields that filter (priority 0 does: a value, not a blank), by their keys."""
+        return {KEY_OF[k]: v for k, v in self.model_dump().items() if v is not None and v != ""}
 
     def now(self) -> JobFilter:
         """The same filter without `at:` (what is true now)."""
@@ -170,11 +198,10 @@ class JobFilter(BaseModel):
         """Both filters at once (`jobs --where ... --tool ...`); a key both give differently is bad
         input, not a silent choice of one."""
         mine, theirs = self.model_dump(), other.model_dump()
-        by_field = {field: key for key, (field, _) in KEYS.items()}
         for name, value in theirs.items():
             if value is not None and mine.get(name) is not None and mine[name] != value:
                 one, two = sanitize(str(mine[name]), max_chars=40), sanitize(str(value), max_chars=40)
-                raise BadInput(f"{by_field.get(name, name)}: is given twice, as '{one}' and '{two}'", hint=grammar())
+                raise BadInput(f"{KEY_OF.get(name, name)}: is given twice, as '{one}' and '{two}'", hint=grammar())
         return JobFilter(**{name: mine[name] if mine[name] is not None else theirs[name] for name in mine})
 
     def matches(self, job: JobSummary) -> bool:
@@ -212,14 +239,9 @@ def parse_filter(text: str) -> JobFilter:
         values[field] = value
 
     for token in text.split():
-        name, sep, value = token.partition(":")
-        if sep:
-            if name not in KEYS:
-                raise BadInput(f"unknown filter key '{sanitize(name, max_chars=40)}:' in "
-                               f"'{sanitize(token, max_chars=60)}'", hint=grammar())
-            if not value:
-                raise BadInput(f"'{sanitize(token, max_chars=60)}': nothing after '{name}:'", hint=grammar())
-            put(KEYS[name][0], value, token)
+        term = keyed_term(token, KEYS, grammar)
+        if term is not None:
+            put(KEYS[term[0]][0], term[1], token)
         elif token in STATES:
             put("state", token, token)
         elif token in HEALTHS:
@@ -273,20 +295,14 @@ RECORD_KEYS = {"agent": "the subtree's root agent (a prefix)", "mode": "drain or
                "unaccounted": "yes: only records with unaccounted agents"}
 
 
-class FieldFilter(BaseModel):
+class FieldFilter(Filter):
     """`agent:planner state:draining` over a list of the fleet screens: exact values, except
     `agent:`, a prefix. A bare word is an agent-id prefix."""
 
-    model_config = ConfigDict(frozen=True)
-
     terms: dict[str, str] = {}
 
-    @property
-    def empty(self) -> bool:
-        return not self.terms
-
-    def describe(self) -> str:
-        return " ".join(f"{k}:{v}" for k, v in self.terms.items())
+    def keyed(self) -> dict[str, str]:
+        return self.terms
 
     def matches(self, values: dict[str, str | None]) -> bool:
         for key, wanted in self.terms.items():

@@ -54,10 +54,21 @@ class Counts(Row):
     db_now: datetime
 
 
-class JobSummary(Row):
-    """A call as lists show it: everything but payload and result."""
+class Identified(Row):
+    """A row named by a uuid (a call, a shutdown, a reconciliation record): lists show its first 8
+    characters."""
 
     id: uuid.UUID
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+
+class CallRow(Identified):
+    """What every row of a call carries, in this order (the first keys of `leasectl jobs --json`):
+    what it runs, under which token and key, for which agent and model."""
+
     tool: str
     side_effect: SideEffect
     state: State
@@ -70,6 +81,11 @@ class JobSummary(Row):
     session_id: str | None = None
     model: str | None = None
     provider: str | None = None
+
+
+class JobSummary(CallRow):
+    """A call as lists show it: everything but payload and result."""
+
     # its chain (migration 0014; docs/seeds.md §000 stages): the call that made it, the chain's first
     # call, its stage there, its priority (higher first), when it was accepted upstream, its W3C trace
     parent_id: uuid.UUID | None = None
@@ -105,10 +121,6 @@ class JobSummary(Row):
     heartbeat_age_seconds: float | None = None
     lease_left_seconds: float | None = None
     deadline_left_seconds: float | None = None
-
-    @property
-    def short_id(self) -> str:
-        return str(self.id)[:8]
 
     @property
     def lease_live(self) -> bool:
@@ -157,13 +169,19 @@ class PayloadPreview(Row):
         return self.result_preview is not None and len(self.result_preview) >= self.max_chars
 
 
-class Event(Row):
+class EventRow(Row):
+    """What every row of a call's history starts with, in this order (the first keys of `leasectl
+    history --json`)."""
+
     id: int
     job_id: uuid.UUID
     at: datetime
     kind: str
     actor: str | None = None
     fencing_token: int | None = None
+
+
+class Event(EventRow):
     state_from: str | None = None
     state_to: str | None = None
     owner_from: str | None = None
@@ -209,34 +227,20 @@ class ServiceCheck(Row):
     details: Any = None
 
 
-class ApprovalRow(Row):
-    id: uuid.UUID
-    tool: str
-    side_effect: SideEffect
-    state: str
-    owner_id: str | None = None
-    agent_id: str | None = None
-    fencing_token: int
-    attempt: int
-    max_attempts: int
-    idempotency_key: str
+class ApprovalRow(CallRow):
+    """A call waiting in outcome_unknown for a human, with what may already have happened."""
+
+    max_attempts: int  # a waiting call always has its limit (the approver reads "attempt N of M")
     external_request_id: str | None = None
     error: Any = None
     created_at: datetime
     claimed_at: datetime | None = None
-    session_id: str | None = None
-    model: str | None = None
-    provider: str | None = None
     outcome_unknown_at: datetime | None = None
     last_confirmed_lease: datetime | None = None
     side_effect_started_at: datetime | None = None
     related_calls: int = 0
     checks: list[ServiceCheck] = []
     db_now: datetime
-
-    @property
-    def short_id(self) -> str:
-        return str(self.id)[:8]
 
 
 class ApprovalQueue(Row):
@@ -248,13 +252,7 @@ class ApprovalQueue(Row):
     db_now: datetime
 
 
-class RecentEvent(Row):
-    id: int
-    job_id: uuid.UUID
-    at: datetime
-    kind: str
-    actor: str | None = None
-    fencing_token: int | None = None
+class RecentEvent(EventRow):
     reason: str | None = None
     tool: str
     what: str
@@ -328,8 +326,7 @@ class FleetAgent(Row):
     db_now: datetime
 
 
-class Shutdown(Row):
-    id: uuid.UUID
+class Shutdown(Identified):
     root_agent_id: str
     mode: ShutdownMode
     state: ShutdownState
@@ -348,10 +345,6 @@ class Shutdown(Row):
     record_id: uuid.UUID | None = None
     unaccounted: int | None = None
     db_now: datetime
-
-    @property
-    def short_id(self) -> str:
-        return str(self.id)[:8]
 
 
 class InFlightCall(Row):
@@ -387,10 +380,9 @@ class ChildEntry(Row):
     last_seen_at: datetime | None = None
 
 
-class ReconciliationRecord(Row):
+class ReconciliationRecord(Identified):
     """Written by the control plane before anything is called terminated; append-only."""
 
-    id: uuid.UUID
     shutdown_id: uuid.UUID
     written_by: str
     written_at: datetime
@@ -406,10 +398,6 @@ class ReconciliationRecord(Row):
     requested_at: datetime | None = None
     finished_at: datetime | None = None
     db_now: datetime | None = None
-
-    @property
-    def short_id(self) -> str:
-        return str(self.id)[:8]
 
     def contract(self) -> dict[str, Any]:
         """The record with exactly the contract's field names (what --json prints)."""

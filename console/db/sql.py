@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from console.shared.errors import LeasectlError
+from console.shared.text import listed
 
 _IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -73,14 +74,8 @@ class Query:
         unknown = sorted(set(given) - set(self.params))
         missing = sorted(set(self.params) - set(given))
         if unknown or missing:
-            parts = []
-            if unknown:
-                parts.append(f"unknown parameter(s) {', '.join(unknown)}")
-            if missing:
-                parts.append(f"missing parameter(s) {', '.join(missing)}")
-            raise QueryError(
-                f"{self.path}: {'; '.join(parts)} (it takes: {', '.join(self.params) or 'nothing'})"
-            )
+            wrong = listed(("unknown parameter(s)", unknown), ("missing parameter(s)", missing))
+            raise QueryError(f"{self.path}: {wrong} (it takes: {', '.join(self.params) or 'nothing'})")
         return given
 
 

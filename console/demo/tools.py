@@ -8,27 +8,33 @@ from typing import Any
 
 from console.db.connect import Conn, run_one
 
-DEMO_TOOLS: list[dict[str, Any]] = [
-    dict(name="web_search", side_effect="read_only", lease_seconds=20, heartbeat_seconds=4, missed_heartbeats=2,
-         jitter_seconds=4, max_attempts=3, stage_timeout_seconds=60,
-         description="search the web: seconds, safe to repeat", service="search-api", min_time_left_seconds=8),
-    dict(name="browser_session", side_effect="read_only", lease_seconds=45, heartbeat_seconds=6,
-         missed_heartbeats=2, jitter_seconds=9, max_attempts=2, stage_timeout_seconds=40,
-         description="drive a browser: long, heartbeats while it works", service="browser-grid",
-         min_time_left_seconds=15),
-    dict(name="erp_update_order", side_effect="mutating_verifiable", lease_seconds=30, heartbeat_seconds=5,
-         missed_heartbeats=2, jitter_seconds=6, max_attempts=3, stage_timeout_seconds=120,
-         description="change an order in the ERP; its status can be checked afterwards", service="erp",
-         min_time_left_seconds=11),
-    dict(name="payment_capture", side_effect="mutating_unverifiable", lease_seconds=30, heartbeat_seconds=5,
-         missed_heartbeats=2, jitter_seconds=6, max_attempts=1, stage_timeout_seconds=60,
-         description="capture a payment; the provider offers no way to check", service="psp",
-         min_time_left_seconds=11),
-    dict(name="report_export", side_effect="mutating_verifiable", lease_seconds=60, heartbeat_seconds=10,
-         missed_heartbeats=2, jitter_seconds=10, max_attempts=3, stage_timeout_seconds=300,
-         description="long export, split into persisted stages with their own keys", service="warehouse",
-         min_time_left_seconds=20),
-]
+MISSED_HEARTBEATS = 2  # R, the same for every demo tool
+
+# name: (side effect, L, H, J, max attempts, stage timeout in seconds, service, description)
+_TOOLS: dict[str, tuple[str, float, float, float, int, float, str, str]] = {
+    "web_search": ("read_only", 20, 4, 4, 3, 60, "search-api", "search the web: seconds, safe to repeat"),
+    "browser_session": ("read_only", 45, 6, 9, 2, 40, "browser-grid",
+                        "drive a browser: long, heartbeats while it works"),
+    "erp_update_order": ("mutating_verifiable", 30, 5, 6, 3, 120, "erp",
+                         "change an order in the ERP; its status can be checked afterwards"),
+    "payment_capture": ("mutating_unverifiable", 30, 5, 6, 1, 60, "psp",
+                        "capture a payment; the provider offers no way to check"),
+    "report_export": ("mutating_verifiable", 60, 10, 10, 3, 300, "warehouse",
+                      "long export, split into persisted stages with their own keys"),
+}
+
+
+def _registration(name: str, side_effect: str, lease: float, heartbeat: float, jitter: float, max_attempts: int,
+                  stage_timeout: float, service: str, description: str) -> dict[str, Any]:
+    """What admin/register_tool takes for one tool: a call is started only with H + J left before its
+    deadline (one heartbeat, late by the most jitter, must still fit)."""
+    return dict(name=name, side_effect=side_effect, lease_seconds=lease, heartbeat_seconds=heartbeat,
+                missed_heartbeats=MISSED_HEARTBEATS, jitter_seconds=jitter, max_attempts=max_attempts,
+                stage_timeout_seconds=stage_timeout, description=description, service=service,
+                min_time_left_seconds=heartbeat + jitter)
+
+
+DEMO_TOOLS: list[dict[str, Any]] = [_registration(name, *sizing) for name, sizing in _TOOLS.items()]
 
 
 def register_demo_tools(conn: Conn) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from console.db.connect import Conn, connect, run, run_one
+from console.db.connect import Conn, Row, connect, run, run_one
 from console.db.migrate import applied_versions, known_version
 from console.shared.errors import LeasectlError
+from console.shared.text import listed
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -57,9 +58,15 @@ def diagnose(dsn: str) -> list[Check]:
     return checks
 
 
-def _server(conn: Conn) -> Check:
-    row = run_one(conn, "meta/doctor_server")
+def _the_row(conn: Conn, name: str) -> Row:
+    """The one row of a query that always answers one (its header: `Zero rows: never`)."""
+    row = run_one(conn, name)
     assert row is not None
+    return row
+
+
+def _server(conn: Conn) -> Check:
+    row = _the_row(conn, "meta/doctor_server")
     status: Status = "ok" if row["server_version_num"] >= 150000 else "warn"
     detail = (f"PostgreSQL {row['server_version']}, database {row['database']}, role {row['role']}"
               + (" (superuser)" if row["superuser"] else ""))
@@ -92,12 +99,7 @@ def _triggers(conn: Conn) -> Check:
     disabled = sorted(r["name"] for r in rows if not r["enabled"])
     missing = sorted(EXPECTED_TRIGGERS - present)
     if missing or disabled:
-        parts = []
-        if missing:
-            parts.append(f"missing: {', '.join(missing)}")
-        if disabled:
-            parts.append(f"DISABLED: {', '.join(disabled)}")
-        return Check("state machine", "fail", "; ".join(parts),
+        return Check("state machine", "fail", listed(("missing:", missing), ("DISABLED:", disabled)),
                      "the database no longer enforces the protocol: re-enable with "
                      "ALTER TABLE ... ENABLE TRIGGER, or re-create the schema")
     return Check("state machine", "ok", f"{len(present)} triggers enforce transitions and history")
@@ -119,8 +121,7 @@ def _lock_holders(conn: Conn) -> list[Check]:
 
 def _shadowing(conn: Conn) -> list[Check]:
     """Whether a login's own objects could stand in for what the rules read (migration 0012)."""
-    row = run_one(conn, "meta/doctor_shadowing")
-    assert row is not None
+    row = _the_row(conn, "meta/doctor_shadowing")
     checks = []
     if row["unsafe_functions"]:
         checks.append(Check("temporary objects", "fail",
@@ -232,31 +233,31 @@ def _identity(conn: Conn) -> list[Check]:
     return checks
 
 
+# each `problem` of queries/meta/doctor_tools.sql: its status, what is wrong and what to do
+# ({sizing}: the tool's L, R, H and J; {minimum}: R x H + J)
+TOOL_PROBLEMS: dict[str, tuple[Status, str, str]] = {
+    "broken": ("fail", "lease too short: {sizing}",
+               "make lease_seconds larger than {minimum} (docs/seeds.md §000.8: L > R x H + J)"),
+    "auto_registered": ("warn", "registered automatically on first use: side-effect class unknown, "
+                                "treated as mutating_unverifiable", "register it with its real class and lease sizing"),
+    "tight": ("warn", "lease barely above the minimum: {sizing}",
+              "a normal pause may cost a live worker its lease: add margin"),
+}
+
+
 def _tools(conn: Conn) -> list[Check]:
-    rows = run(conn, "meta/doctor_tools")
     checks = []
-    for r in rows:
+    for r in run(conn, "meta/doctor_tools"):
         sizing = (f"L={r['lease_seconds']}s, R={r['missed_heartbeats']} x H={r['heartbeat_seconds']}s"
                   f" + J={r['jitter_seconds']}s = {r['minimum']}s")
-        if r["problem"] == "broken":
-            checks.append(Check(f"tool {r['name']}", "fail", f"lease too short: {sizing}",
-                                f"make lease_seconds larger than {r['minimum']} (docs/seeds.md §000.8: L > R x H + J)"))
-        elif r["problem"] == "auto_registered":
-            checks.append(Check(f"tool {r['name']}", "warn",
-                                "registered automatically on first use: side-effect class unknown, "
-                                "treated as mutating_unverifiable",
-                                "register it with its real class and lease sizing"))
-        else:
-            checks.append(Check(f"tool {r['name']}", "warn", f"lease barely above the minimum: {sizing}",
-                                "a normal pause may cost a live worker its lease: add margin"))
-    if not checks:
-        checks.append(Check("tools", "ok", "every tool's lease is sized with margin"))
-    return checks
+        status, detail, fix = TOOL_PROBLEMS.get(r["problem"], TOOL_PROBLEMS["tight"])
+        checks.append(Check(f"tool {r['name']}", status, detail.format(sizing=sizing),
+                            fix.format(minimum=r["minimum"])))
+    return checks or [Check("tools", "ok", "every tool's lease is sized with margin")]
 
 
 def _activity(conn: Conn) -> list[Check]:
-    row = run_one(conn, "meta/doctor_activity")
-    assert row is not None
+    row = _the_row(conn, "meta/doctor_activity")
     checks = []
     if row["long_transactions"]:
         checks.append(Check("long transactions", "warn",

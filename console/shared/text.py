@@ -16,6 +16,7 @@ OSC 2 the window title, SGR breaks borders), bidi overrides (`w-<U+202E>gnp.exe`
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 
 # Categories that never belong on a terminal line as they are: controls, format characters
@@ -84,6 +85,12 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     """'1 agent', '3 agents', '1,000 calls': at 02:00 nobody should have to parse 'agent(s)'. The
     one way every count in words is said, in the console and the CLI alike."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def listed(*groups: tuple[str, Sequence[str]]) -> str:
+    """'unknown parameter(s) a, b; missing parameter(s) c': each group that names anything, after
+    its label; the groups apart by '; '. The one way a complaint lists several kinds of names."""
+    return "; ".join(f"{label} {', '.join(names)}" for label, names in groups if names)
 
 
 def format_seconds(seconds: float | None, *, signed: bool = False) -> str:

@@ -72,8 +72,33 @@ class Response:
     effect_seq: int
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One request for a side effect, as a receiver takes it in process or over HTTP."""
+
+    object_id: str
+    idempotency_key: str
+    fence: int
+    operation: str
+    body: dict[str, Any] | None = None
+    sender: str = ""
+    execution: str = ""
+
+
+class Receiver:
+    """What a tool calls, in process (`FencedReceiver`) or over HTTP (`ReceiverClient`): the one
+    signature of `submit`; each kind says how it delivers a `Submission`."""
+
+    def submit(self, *, object_id: str, idempotency_key: str, fence: int, operation: str,
+               body: dict[str, Any] | None = None, sender: str = "", execution: str = "") -> Response:
+        return self.deliver(Submission(object_id, idempotency_key, fence, operation, body, sender, execution))
+
+    def deliver(self, r: Submission) -> Response:
+        raise NotImplementedError
+
+
 @dataclass
-class FencedReceiver:
+class FencedReceiver(Receiver):
     name: str = "receiver"
     verifiable: bool = True
     effects: list[Effect] = field(default_factory=list)
@@ -83,36 +108,26 @@ class FencedReceiver:
     _first_result: dict[str, Effect] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def submit(
-        self,
-        *,
-        object_id: str,
-        idempotency_key: str,
-        fence: int,
-        operation: str,
-        body: dict[str, Any] | None = None,
-        sender: str = "",
-        execution: str = "",
-    ) -> Response:
+    def deliver(self, r: Submission) -> Response:
         with self._lock:
-            highest = self._highest.get((object_id, execution), -1)
-            if fence < highest:
+            highest = self._highest.get((r.object_id, r.execution), -1)
+            if r.fence < highest:
                 self.rejections.append(
-                    Rejection(object_id, idempotency_key, fence, highest, sender, time.time())
+                    Rejection(r.object_id, r.idempotency_key, r.fence, highest, r.sender, time.time())
                 )
-                raise StaleFence(object_id, fence, highest)
-            self._highest[(object_id, execution)] = fence
-            first = self._first_result.get(idempotency_key)
+                raise StaleFence(r.object_id, r.fence, highest)
+            self._highest[(r.object_id, r.execution)] = r.fence
+            first = self._first_result.get(r.idempotency_key)
             if first is not None:
                 self.replays += 1
                 return Response(first.result, replayed=True, effect_seq=first.seq)
             seq = len(self.effects) + 1
-            result = {"receiver": self.name, "operation": operation, "object_id": object_id,
-                      "confirmation": f"{self.name}-{seq}", "input": body or {}}
-            effect = Effect(seq, object_id, idempotency_key, fence, operation, sender, time.time(),
+            result = {"receiver": self.name, "operation": r.operation, "object_id": r.object_id,
+                      "confirmation": f"{self.name}-{seq}", "input": r.body or {}}
+            effect = Effect(seq, r.object_id, r.idempotency_key, r.fence, r.operation, r.sender, time.time(),
                             result)
             self.effects.append(effect)
-            self._first_result[idempotency_key] = effect
+            self._first_result[r.idempotency_key] = effect
             return Response(result, replayed=False, effect_seq=seq)
 
     def status(self, idempotency_key: str, *, object_id: str | None = None,
@@ -247,30 +262,20 @@ class ReceiverServer:
         self._httpd.server_close()
 
 
-class ReceiverClient:
+class ReceiverClient(Receiver):
     """What a worker's tool uses to call a ReceiverServer."""
 
     def __init__(self, url: str, *, timeout: float = 5.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def submit(
-        self,
-        *,
-        object_id: str,
-        idempotency_key: str,
-        fence: int,
-        operation: str,
-        body: dict[str, Any] | None = None,
-        sender: str = "",
-        execution: str = "",
-    ) -> Response:
-        data = json.dumps({"object_id": object_id, "operation": operation, "input": body or {},
-                           "sender": sender}).encode()
+    def deliver(self, r: Submission) -> Response:
+        data = json.dumps({"object_id": r.object_id, "operation": r.operation, "input": r.body or {},
+                           "sender": r.sender}).encode()
         request = urllib.request.Request(
             f"{self.url}/requests", data=data, method="POST",
-            headers={"Content-Type": "application/json", FENCE_HEADER: str(fence),
-                     KEY_HEADER: idempotency_key, EXECUTION_HEADER: execution},
+            headers={"Content-Type": "application/json", FENCE_HEADER: str(r.fence),
+                     KEY_HEADER: r.idempotency_key, EXECUTION_HEADER: r.execution},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:
@@ -278,7 +283,7 @@ class ReceiverClient:
         except urllib.error.HTTPError as exc:
             if exc.code == 409:
                 detail = json.loads(exc.read() or b"{}")
-                raise StaleFence(object_id, fence, int(detail.get("highest", -1))) from None
+                raise StaleFence(r.object_id, r.fence, int(detail.get("highest", -1))) from None
             raise NoAnswer(f"receiver answered HTTP {exc.code}") from None
         except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
             raise NoAnswer(f"no answer from the receiver: {exc}") from None

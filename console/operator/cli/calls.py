@@ -4,7 +4,9 @@ terminal, approve a retry), a command each."""
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -12,6 +14,7 @@ from console.core.actions import ACTIONS, ActionSpec, action_named
 from console.core.filters import filter_from_options, grammar, parse_selection
 from console.core.models import TERMINAL_STATES, Applied
 from console.db import actions, bulk, reads
+from console.db.connect import Conn
 from console.operator import present
 from console.operator.cli.common import (
     DsnOption,
@@ -44,6 +47,8 @@ WhereOption = Annotated[str | None, typer.Option("--where", help="Every call thi
                                                  "e.g. 'state:running tool:web_search health:zombie'",
                                                  show_default=False)]
 
+
+T = TypeVar("T")
 
 TABLE_LIMIT = 10_000  # calls a list holds in memory (models, a table)
 STREAMED_LIMIT = 1_000_000  # calls `jobs --at --json` writes as the server builds them
@@ -104,13 +109,18 @@ def jobs(
     out.print(present.jobs_table(rows))
 
 
+def _of_one_call(job: str, dsn: str | None, read: Callable[[Conn, uuid.UUID], T]) -> tuple[uuid.UUID, T]:
+    """The call JOB names (an id or a unique prefix), and what `read` finds of it on the same connection."""
+    with connect_for_reading(dsn) as conn:
+        job_id = reads.resolve(conn, job)
+        return job_id, read(conn, job_id)
+
+
 @app.command()
 @friendly
 def show(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     """Everything about one call (payload included with --json)."""
-    with connect_for_reading(dsn) as conn:
-        job_id = reads.resolve(conn, job)
-        found = reads.job_document(conn, job_id) if as_json else reads.job(conn, job_id)
+    _, found = _of_one_call(job, dsn, reads.job_document if as_json else reads.job)
     if found is None:  # deleted between the two reads
         raise BadInput(f"no call {job}")
     if as_json:
@@ -123,9 +133,7 @@ def show(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -
 @friendly
 def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     """The ownership and state history of one call, with every operator action."""
-    with connect_for_reading(dsn) as conn:
-        job_id = reads.resolve(conn, job)
-        events = reads.history(conn, job_id)
+    job_id, events = _of_one_call(job, dsn, reads.history)
     if as_json:
         print_json([e.model_dump(mode="json") for e in events])
         return

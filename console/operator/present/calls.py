@@ -123,10 +123,17 @@ def payload_words(job: JobSummary) -> str:
             "personal data")
 
 
-def fields_grid(fields: list[tuple[str, Text]]) -> Table:
-    grid = Table.grid(padding=(0, 2))
+def label_grid(gap: int = 1) -> Table:
+    """Two columns, a dim label that never wraps beside its value folded to fit: how a call's
+    fields, what the approver reads and an agent's or a shutdown's story are laid out."""
+    grid = Table.grid(padding=(0, gap))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
+    return grid
+
+
+def fields_grid(fields: list[tuple[str, Text]]) -> Table:
+    grid = label_grid(gap=2)
     for label, value in fields:
         grid.add_row(Text(label), value)
     return grid

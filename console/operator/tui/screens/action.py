@@ -26,7 +26,6 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.widgets._select import SelectOverlay
@@ -41,6 +40,8 @@ from console.operator import present
 from console.operator.tui.clock import FrozenClock
 from console.operator.tui.failures import as_expected, describe_failure
 from console.operator.tui.messages import DataFailed
+from console.operator.tui.screens.aside import Aside
+from console.operator.tui.screens.dialog import Dialog
 from console.operator.tui.state import ConsoleApp
 from console.shared.config import MAX_REASON_CHARS
 from console.shared.errors import DatabaseUnavailable, Deadlocked, OutcomeUnknown, RowLocked
@@ -98,7 +99,7 @@ class ChoiceSelect(Select[str]):
             self.screen.focus_next()
 
 
-class GuardedDialog(ModalScreen[object | None]):
+class GuardedDialog(Dialog[object | None]):
     """What every guarded action shares: the frame (what will change, the guard, the query it
     runs), the reason, `enter` in the last field applies, `esc` leaves, the database's answer,
     and the type-ahead guard. Subclasses say what changes and how to send it; the sending runs
@@ -110,6 +111,8 @@ class GuardedDialog(ModalScreen[object | None]):
         Binding("enter", "close_if_answered", "Close", show=False, tooltip="Close once the answer is shown"),
     ]
     query_name = ""  # the queries/ file this dialog runs, shown to the user
+    GO_BUTTON = "apply"
+    OUTCOME = "outcome"
 
     def __init__(self, *, seen_at: float | None = None) -> None:
         super().__init__()
@@ -126,6 +129,7 @@ class GuardedDialog(ModalScreen[object | None]):
         self.swallowed = 0
         self.armed = False
         self.closed = False
+        self.aside = Aside(self)  # a subclass's own reads (a bulk dialog reading its calls again)
 
     @property
     def leasectl(self) -> ConsoleApp:
@@ -250,7 +254,7 @@ class GuardedDialog(ModalScreen[object | None]):
             # the reason is required: moving on from an empty one would only defer the refusal
             self._reason_required()
         elif self.enter_applies(event.input.id):
-            self.apply()
+            self.go()
         else:
             self.focus_next()
 
@@ -266,19 +270,13 @@ class GuardedDialog(ModalScreen[object | None]):
             self._asked_for_reason = False  # answered: the request must not stay on screen as if it were not
             self._say(Text(""))
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        if event.button.id == "apply":
-            self.apply()
-        else:
-            self.action_leave()
-
     def action_close_if_answered(self) -> None:
         if self.result is not None:
             self.closed = True
             self.dismiss(self.result)
 
-    def apply(self) -> None:
+    def go(self) -> None:
+        """Apply: the reason and the fields checked, the action is sent off the UI thread."""
         if self.busy or self.result is not None:
             return
         reason = self.query_one("#reason", Input).value.strip()
@@ -300,7 +298,7 @@ class GuardedDialog(ModalScreen[object | None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "action":
-            self.other_worker_changed(event)
+            self.aside.handle(event)
             return
         if event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
             return
@@ -345,12 +343,6 @@ class GuardedDialog(ModalScreen[object | None]):
             text.append(describe_failure(error, f"the {type(self).__name__} action"))
             text.append(" You may try again; the call's history shows every action that reached the database.")
         self._say(text)
-
-    def other_worker_changed(self, event: Worker.StateChanged) -> None:
-        """A subclass's own thread workers (a bulk dialog reading its calls)."""
-
-    def _say(self, text: RenderableType) -> None:
-        self.query_one("#outcome", Static).update(text)
 
     def action_leave(self) -> None:
         self.closed = True

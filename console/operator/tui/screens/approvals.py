@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import ClassVar
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
@@ -21,10 +20,10 @@ from console.core.filters import JobFilter, grammar, parse_filter
 from console.core.models import ApprovalQueue, ApprovalRow, JobSummary
 from console.db import reads
 from console.db.connect import Conn
-from console.operator.present.calls import service_check
+from console.operator.present.calls import label_grid, service_check
 from console.operator.present.words import clock
 from console.operator.tui.cells import Cell
-from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
+from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, CLEAR_FILTER_BINDING, PollingScreen
 from console.operator.tui.screens.calllist import call_commands
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
@@ -49,7 +48,7 @@ class ApprovalsScreen(PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_call", "Open", tooltip="Everything about the selected call"),
         *CALL_ACTION_BINDINGS,
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
+        CLEAR_FILTER_BINDING,
     ]
 
     def __init__(self) -> None:
@@ -160,14 +159,12 @@ class ApprovalsScreen(PollingScreen):
 
     # ------------------------------------------------------------------ what may already have happened
     def _explain(self) -> None:
-        row = self._focused_row()
-        pane = self.query_one("#what-happened", Static)
-        if row is None:
-            pane.update(Text("Select a call to see what may already have happened.", style="dim"))
-            return
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(overflow="fold")
+        self.describe_selected("#what-happened", self._focused_row(),
+                               "Select a call to see what may already have happened.", self._what_happened)
+
+    @staticmethod
+    def _what_happened(row: ApprovalRow) -> Group:
+        grid = label_grid()
 
         def line(label: str, value: str, style: str = "") -> None:
             grid.add_row(Text(label), Text(sanitize(value, max_chars=1_000), style=style))  # wraps: nothing hidden
@@ -198,4 +195,4 @@ class ApprovalsScreen(PollingScreen):
                   if row.side_effect == "mutating_unverifiable" else
                   "Check the operation's status with the receiver under the idempotency key, then decide.")
         title = Text(f"What may already have happened (times UTC)\ncall {row.id}\n", style="bold")
-        pane.update(Group(title, grid, Text(""), Text(advice, style="italic")))
+        return Group(title, grid, Text(""), Text(advice, style="italic"))

@@ -44,7 +44,7 @@ from console.operator.present.audit import (
 from console.operator.present.calls import event_words
 from console.operator.present.logins import LOGIN_MARK, LOGIN_STYLE, claimed, is_operator_kind, login_cell
 from console.operator.tui.cells import Cell
-from console.operator.tui.screens.base import PollingScreen
+from console.operator.tui.screens.base import CLEAR_FILTER_BINDING, PollingScreen, page_bindings
 from console.operator.tui.screens.detail import DetailScreen
 from console.operator.tui.screens.export import ExportDialog
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
@@ -106,10 +106,8 @@ class AuditScreen(PollingScreen):
         Binding("enter", "open_event", "Open", tooltip="The call's detail, at that event"),
         Binding("j", "toggle_view", "Journal", tooltip="Switch between the events and the operator journal"),
         Binding("e", "export", "Export", tooltip="Write what the filter selects to a file (JSONL or CSV)"),
-        Binding("right_square_bracket", "next_page", "Older", tooltip="Next page (older events)"),
-        Binding("left_square_bracket", "previous_page", "Newer", tooltip="Previous page (newer events)"),
-        Binding("home", "first_page", "Newest", show=False, tooltip="Back to the newest events"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
+        *page_bindings("events"),
+        CLEAR_FILTER_BINDING,
     ]
     poll_seconds = 5.0  # history only grows; NOTIFY wakes it sooner
 

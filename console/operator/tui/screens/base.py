@@ -17,35 +17,60 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Generic, TypeGuard, TypeVar, cast
 
+from rich.console import RenderableType
+from rich.text import Text
 from textual import work
-from textual.app import SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Input
+from textual.widgets import Input, Label, Static
 from textual.worker import Worker, WorkerState
 
 from console.core.actions import ACTIONS, action_named
+from console.core.filters import FieldFilter, field_grammar, parse_fields
 from console.core.models import JobSummary
 from console.db.connect import Conn
 from console.db.lane import reconnect_delay
 from console.operator.present import words_of
+from console.operator.tui.cells import Cell
 from console.operator.tui.failures import as_expected, describe_failure
 from console.operator.tui.messages import DataArrived, DataFailed
+from console.operator.tui.screens.aside import Aside
 from console.operator.tui.state import ConsoleApp, why_no_actions
-from console.operator.tui.widgets.filterbar import FilterBar
+from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
+from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
+from console.operator.tui.widgets.status import TopChrome
 from console.shared.errors import BadInput, LeasectlError
+from console.shared.text import sanitize
 
 # a key for every action of console.core.actions.ACTIONS, on the selected call or the marked ones: `act('cancel')`
 CALL_ACTION_BINDINGS: list[BindingType] = [
     Binding(spec.binding, f"act({spec.name!r})", words_of(spec.name).key, tooltip=words_of(spec.name).key_help)
     for spec in ACTIONS.values()
 ]
+T = TypeVar("T")
+RowT = TypeVar("RowT")  # the rows of a FieldListScreen
+
+# esc on a list: `action_clear_filter` below (hidden from the footer: the filter line says it)
+CLEAR_FILTER_BINDING = Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter")
+# esc on a screen opened from a list (a call's detail, a reconciliation record): `action_back` below
+BACK_BINDING = Binding("escape", "back", "Back", tooltip="Back to the list")
+
+
+def page_bindings(noun: str) -> list[BindingType]:
+    """The keys of a screen that pages through `noun`, newest first (`cursors` and the actions below;
+    `action_next_page` is the screen's own)."""
+    return [Binding("right_square_bracket", "next_page", "Older", tooltip=f"Next page (older {noun})"),
+            Binding("left_square_bracket", "previous_page", "Newer", tooltip=f"Previous page (newer {noun})"),
+            Binding("home", "first_page", "Newest", show=False, tooltip=f"Back to the newest {noun}")]
+
 # the actions that change data: never offered on a read-only session
 CHANGES_DATA = frozenset({"act", "drain", "abort"})
 
@@ -77,6 +102,7 @@ class PollingScreen(Screen[None]):
         # What the screen asks for (its filter): a fetch started under an older one is thrown away
         # when it lands, never shown under the new filter's name (nor taken as its first answer).
         self._generation = 0
+        self.aside = Aside(self)  # reads beside the polls (a payload, every call a filter matches)
 
     @property
     def leasectl(self) -> ConsoleApp:
@@ -145,6 +171,10 @@ class PollingScreen(Screen[None]):
         self.cursors = [None]
         self.refetch()
 
+    def action_back(self) -> None:
+        """BACK_BINDING: back to the list this screen was opened from."""
+        self.app.pop_screen()
+
     def refetch(self) -> None:
         """Fetch what the screen now asks for; an answer to the old question is dropped."""
         self.invalidate()
@@ -152,6 +182,7 @@ class PollingScreen(Screen[None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "poll":
+            self.aside.handle(event)
             return
         if event.state == WorkerState.SUCCESS:
             self._loaded(cast(tuple[int, Any], event.worker.result))
@@ -224,8 +255,13 @@ class PollingScreen(Screen[None]):
     def tick(self, now: datetime) -> None:
         """Every second, with the database's clock: re-render ages."""
 
+    def describe_selected(self, pane: str, selected: T | None, placeholder: str,
+                          words: Callable[[T], RenderableType]) -> None:
+        """A side pane that tells of the row selected (`words`), or says dimly what to select."""
+        self.query_one(pane, Static).update(Text(placeholder, style="dim") if selected is None else words(selected))
+
     # ------------------------------------------------------------------ the filter (/ on every screen)
-    # A list sets `filter_value` (anything with .describe() and .empty) and implements
+    # A list sets `filter_value` (a console.core.filters.Filter: .describe() and .empty) and implements
     # parse_filter_text and filter_changed; a screen without a list says there is nothing to filter.
     filter_value: Any = None
 
@@ -289,12 +325,20 @@ class PollingScreen(Screen[None]):
             self.app.notify(refusal, title="Not allowed", severity="error")
         return refusal is None
 
+    def chosen(self, selected: T | None, what: str) -> TypeGuard[T]:
+        """Whether something is selected to open or act on; if not, says so: "Select `what` first."."""
+        if selected is None:
+            self.app.notify(f"Select {what} first.", severity="warning")
+            return False
+        return True
+
+    def ready_to_act(self, selected: T | None, what: str) -> TypeGuard[T]:
+        """Whether an action may go ahead on what is selected; if not, says why (`chosen`, `actions_allowed`)."""
+        return self.chosen(selected, what) and self.actions_allowed()
+
     def _open_action(self, action: str) -> None:
         job = self.selected_job()
-        if job is None:
-            self.app.notify("Select a call first.", severity="warning")
-            return
-        if not self.actions_allowed():
+        if not self.ready_to_act(job, "a call"):
             return
         problem = action_named(action).why_not(job)
         if problem:
@@ -303,3 +347,63 @@ class PollingScreen(Screen[None]):
         from console.operator.tui.screens.action import ActionDialog
 
         self.app.push_screen(ActionDialog(action, job, seen_at=self.fetched_at), lambda _result: self.wake())
+
+
+class FieldListScreen(PollingScreen, Generic[RowT]):
+    """A list of the fleet's screens (chains, agents, reconciliation records) filtered in memory by
+    the keys of FILTER_KEYS (console.core.filters.FieldFilter: `agent:planner state:draining`).
+    `every` is what the last fetch read, `shown` what the filter lets through: the list's rows,
+    in a LiveTable whose place a Static `#no-<its id>` takes when it has none."""
+
+    FILTER_KEYS: ClassVar[dict[str, str]] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter_value = FieldFilter()
+        self.every: list[RowT] = []
+        self.shown: list[RowT] = []
+
+    def filter_chrome(self, hint: str) -> ComposeResult:
+        """The top of the screen: the status lines, the filter bar (`/`) with its keys, the filter's line."""
+        yield TopChrome()
+        yield FilterBar(placeholder=field_grammar(self.FILTER_KEYS))
+        yield FilterLine(hint)
+
+    def list_beside_pane(self, table_id: str, title: str, columns: list[Column], empty: str) -> ComposeResult:
+        """The list under its title, the line that takes its place when it is empty, and beside it the
+        pane that tells of the selected row (`#<id>-detail`); the screen's .tcss lays out
+        `#<id>-body`, `#<id>-left` and `#<id>-pane`."""
+        with Horizontal(id=f"{table_id}-body"):
+            with Vertical(id=f"{table_id}-left"):
+                yield Label(title, classes="section-title")
+                yield LiveTable(columns, id=table_id)
+                yield Static(empty, id=f"no-{table_id}")
+            with VerticalScroll(id=f"{table_id}-pane"):
+                yield Static(id=f"{table_id}-detail")
+
+    def parse_filter_text(self, text: str) -> FieldFilter:
+        return parse_fields(text, self.FILTER_KEYS)
+
+    def matches(self, row: RowT) -> bool:
+        """Whether the filter lets `row` through."""
+        raise NotImplementedError
+
+    def show_list(self, every: list[RowT], table_id: str, key: Callable[[RowT], str],
+                  cells: Callable[[RowT], dict[str, Cell]], noun: str,
+                  tail: Callable[[int], Text] | None = None) -> Static:
+        """`every` row the filter lets through in the list (`key` names each row, `cells` fills it),
+        and the filter's line: how many of them are shown, then `tail(that many)`. Returns the line
+        that stands in the list's place when it is empty: it says so when the filter hid every row."""
+        self.every = every
+        self.shown = [row for row in every if self.matches(row)]
+        table = self.query_one(f"#{table_id}", LiveTable)
+        keyed_rows(table, [(key(row), cells(row)) for row in self.shown])
+        table.display = bool(self.shown)
+        none = self.query_one(f"#no-{table_id}", Static)
+        none.display = not self.shown
+        if every and not self.shown:
+            none.update(Text(f"No {noun} matches the filter {sanitize(self.filter_value.describe(), max_chars=80)} "
+                             "(esc clears it).", style="bold yellow"))
+        self.query_one(FilterLine).show_filter(self.filter_value.describe(), matched=len(self.shown), total=len(every),
+                                               extra=tail(len(self.shown)) if tail else None)
+        return none

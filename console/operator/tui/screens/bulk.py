@@ -18,10 +18,8 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual import work
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
-from textual.worker import Worker, WorkerState
 
 from console.core.actions import action_named
 from console.core.bulk import BulkPlan, BulkResult
@@ -50,21 +48,16 @@ class BulkDialog(GuardedDialog):
     # ------------------------------------------------------------------ the marked calls, read again
     def on_mount(self) -> None:
         # GuardedDialog's on_mount runs too (Textual calls every class's handler)
-        self._read_marked()
+        self.aside.read("bulk-snapshot", lambda conn: bulk.snapshot(conn, ids=self.ids), self._calls_read,
+                        self._calls_not_read)
 
-    @work(thread=True, exclusive=True, group="bulk-snapshot", exit_on_error=False)
-    def _read_marked(self) -> list[JobSummary]:
-        return self.leasectl.session.read(lambda conn: bulk.snapshot(conn, ids=self.ids))
+    def _calls_read(self, calls: list[JobSummary]) -> None:
+        self.calls = calls
+        self._replan()
 
-    def other_worker_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "bulk-snapshot":
-            return
-        if event.state == WorkerState.SUCCESS:
-            self.calls = event.worker.result
-            self._replan()
-        elif event.state == WorkerState.ERROR:
-            why = describe_failure(event.worker.error, "the bulk dialog")
-            self._say(Text(f"Could not read the marked calls — {why}", style="bold red"))
+    def _calls_not_read(self, error: BaseException | None) -> None:
+        why = describe_failure(error, "the bulk dialog")
+        self._say(Text(f"Could not read the marked calls — {why}", style="bold red"))
 
     def _replan(self) -> None:
         if self.calls is None:

@@ -179,13 +179,7 @@ class CallListScreen(PollingScreen):
         self._refiltered = True
         self.moved_note = None
 
-    @property
-    def where(self) -> JobFilter:
-        return self._where
-
-    @where.setter
-    def where(self, value: JobFilter) -> None:
-        self.filter_value = value
+    where = filter_value  # the calls' filter by the name the Calls screen's code uses
 
     def parse_filter_text(self, text: str) -> JobFilter:
         parsed = parse_filter(text)

@@ -7,17 +7,16 @@ from datetime import datetime
 from typing import ClassVar, NamedTuple
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import Footer, Static
-from textual.worker import Worker, WorkerState
 
 from console.core.filters import JobFilter, grammar
 from console.core.models import JobSummary
 from console.db import audit, bulk, reads
 from console.db.connect import Conn
 from console.operator.tui.failures import describe_failure
+from console.operator.tui.screens.base import page_bindings
 from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen
 from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
@@ -57,11 +56,7 @@ class CallsScreen(CallListScreen):
 
     CSS_PATH = "calls.tcss"
     AUTO_FOCUS = "#calls"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("right_square_bracket", "next_page", "Older", tooltip="Next page (older calls)"),
-        Binding("left_square_bracket", "previous_page", "Newer", tooltip="Previous page (newer calls)"),
-        Binding("home", "first_page", "Newest", show=False, tooltip="Back to the newest calls"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = page_bindings("calls")
 
     def __init__(self, where: JobFilter | None = None) -> None:
         super().__init__()
@@ -132,24 +127,17 @@ class CallsScreen(CallListScreen):
         if self.where.at is not None:
             self.app.notify("The past (at:) cannot be acted on: clear at: first.", title="The past")
             return
-        self._mark_matching()
+        self.aside.read("mark-all", lambda conn: bulk.snapshot(conn, where=self.where), self._marked, self._not_marked)
 
-    @work(thread=True, exclusive=True, group="mark-all", exit_on_error=False)
-    def _mark_matching(self) -> list[JobSummary]:
-        return self.leasectl.session.read(lambda conn: bulk.snapshot(conn, where=self.where))
+    def _marked(self, matching: list[JobSummary] | None) -> None:
+        matching = matching or []
+        self.table.set_marks({str(c.id) for c in matching})
+        self.show_marks()
+        self.app.notify(f"Marked {counted(len(matching), 'call')} matching {self.where.describe() or 'no filter'} "
+                        "(every page).", title="Marked")
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        # PollingScreen's handler runs too (Textual calls every class's handler): polls are its
-        if event.worker.group != "mark-all":
-            return
-        if event.state == WorkerState.SUCCESS:
-            matching: list[JobSummary] = event.worker.result or []
-            self.table.set_marks({str(c.id) for c in matching})
-            self.show_marks()
-            self.app.notify(f"Marked {counted(len(matching), 'call')} matching {self.where.describe() or 'no filter'} "
-                            "(every page).", title="Marked")
-        elif event.state == WorkerState.ERROR:
-            self.app.notify(describe_failure(event.worker.error, "marking"), title="Not marked", severity="error")
+    def _not_marked(self, error: BaseException | None) -> None:
+        self.app.notify(describe_failure(error, "marking"), title="Not marked", severity="error")
 
     # ------------------------------------------------------------------ paging
     def action_next_page(self) -> None:

@@ -16,17 +16,14 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from console.core.chains import CHAIN_KEYS, Chain, chain_matches
-from console.core.filters import FieldFilter, field_grammar, parse_fields
 from console.db import chains
 from console.db.connect import Conn
 from console.operator.present.chains import chain_row_words, chain_story
 from console.operator.tui.cells import Cell
-from console.operator.tui.screens.base import PollingScreen
+from console.operator.tui.screens.base import CLEAR_FILTER_BINDING, FieldListScreen
 from console.operator.tui.screens.detail import DetailScreen
-from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
-from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
-from console.operator.tui.widgets.status import TopChrome
-from console.shared.text import counted, sanitize
+from console.operator.tui.widgets.livetable import Column, LiveTable
+from console.shared.text import counted
 
 NARROW = 110  # the app's -narrow breakpoint
 
@@ -48,7 +45,7 @@ class ChainsPage(NamedTuple):
     db_now: datetime
 
 
-class ChainsScreen(PollingScreen):
+class ChainsScreen(FieldListScreen[Chain]):
     """Chains of calls: their deadline, the stage they are at, the slowest stage"""
 
     CSS_PATH = "chains.tcss"
@@ -56,20 +53,16 @@ class ChainsScreen(PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_stage", "Open", tooltip="The call the highlighted chain's current stage is"),
         Binding("l", "toggle_lone", "Lone calls", tooltip="Show the calls that made no later call too (chains of one)"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
+        CLEAR_FILTER_BINDING,
     ]
+    FILTER_KEYS = CHAIN_KEYS
 
     def __init__(self) -> None:
         super().__init__()
-        self.all_chains: list[Chain] = []
-        self.chains: list[Chain] = []
         self.include_lone = False
-        self.filter_value = FieldFilter()
 
     def compose(self) -> ComposeResult:
-        yield TopChrome()
-        yield FilterBar(placeholder=field_grammar(CHAIN_KEYS))
-        yield FilterLine("/ filters chains (agent: tool: key: outcome:)")
+        yield from self.filter_chrome("/ filters chains (agent: tool: key: outcome:)")
         yield LiveTable(COLUMNS, id="chains")
         yield Static(id="no-chains")
         with VerticalScroll(id="story-pane"):
@@ -88,28 +81,23 @@ class ChainsScreen(PollingScreen):
         return data.db_now
 
     def show(self, data: ChainsPage) -> None:
-        self.all_chains = data.chains
-        self._refresh(self.now() or data.db_now)
+        self._refresh(data.chains, self.now() or data.db_now)
 
-    def _refresh(self, now: datetime) -> None:
-        self.chains = [c for c in self.all_chains if chain_matches(self.filter_value, c)]
-        table = self.query_one("#chains", LiveTable)
-        keyed_rows(table, [(str(c.chain_id), self._cells(c, now)) for c in self.chains])
-        table.display = bool(self.chains)
-        none = self.query_one("#no-chains", Static)
-        none.display = not self.chains
-        if self.all_chains and not self.chains:
-            none.update(Text(f"No chain matches the filter {sanitize(self.filter_value.describe(), max_chars=80)} "
-                             "(esc clears it).", style="bold yellow"))
-        elif not self.chains:
+    def matches(self, row: Chain) -> bool:
+        return chain_matches(self.filter_value, row)
+
+    def _refresh(self, every: list[Chain], now: datetime) -> None:
+        none = self.show_list(every, "chains", lambda c: str(c.chain_id), lambda c: self._cells(c, now), "chain",
+                              self._tail)
+        if not every:
             none.update(Text("No chain yet: no call has made a later call (a next stage, or a delegated call). "
                              "l shows the lone calls too." if not self.include_lone else "No call yet.", style="dim"))
-        tail = Text(f"{counted(len(self.chains), 'chain')} · newest first"
+        self._show_story(now)
+
+    def _tail(self, shown: int) -> Text:
+        return Text(f"{counted(shown, 'chain')} · newest first"
                     + (" · lone calls shown (l hides them)" if self.include_lone else " · l shows lone calls too"),
                     style="dim")
-        self.query_one(FilterLine).show_filter(self.filter_value.describe(), matched=len(self.chains),
-                                               total=len(self.all_chains), extra=tail)
-        self._show_story(now)
 
     @staticmethod
     def _cells(chain: Chain, now: datetime) -> dict[str, Cell]:
@@ -117,14 +105,13 @@ class ChainsScreen(PollingScreen):
 
     def tick(self, now: datetime) -> None:
         table = self.query_one("#chains", LiveTable)
-        for chain in self.chains:
+        for chain in self.shown:
             if not chain.over:  # a chain that is over does not tick
                 table.update_cells(str(chain.chain_id), self._cells(chain, now))
         self._show_story(now)
 
     def selected_chain(self) -> Chain | None:
-        key = self.query_one("#chains", LiveTable).cursor_key
-        return next((c for c in self.chains if str(c.chain_id) == key), None)
+        return self.query_one("#chains", LiveTable).cursor_item(self.shown, lambda c: str(c.chain_id))
 
     def on_live_table_row_highlighted(self, event: LiveTable.RowHighlighted) -> None:
         now = self.now()
@@ -139,11 +126,8 @@ class ChainsScreen(PollingScreen):
             self.query_one("#story", Static).update(chain_story(chain, now, compact=self.size.width < NARROW))
 
     # ------------------------------------------------------------------ the filter
-    def parse_filter_text(self, text: str) -> FieldFilter:
-        return parse_fields(text, CHAIN_KEYS)
-
     def filter_changed(self) -> None:
-        self._refresh(self.now() or self.db_now or datetime.now().astimezone())
+        self._refresh(self.every, self.now() or self.db_now or datetime.now().astimezone())
 
     def filter_applied(self) -> None:
         self.query_one("#chains", LiveTable).focus()
@@ -159,7 +143,6 @@ class ChainsScreen(PollingScreen):
     def action_open_stage(self) -> None:
         chain = self.selected_chain()
         current = chain.current if chain else None
-        if current is None:
-            self.app.notify("Select a chain first.", severity="warning")
+        if not self.chosen(current, "a chain"):
             return
         self.app.push_screen(DetailScreen(current.id))

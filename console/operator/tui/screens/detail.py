@@ -22,12 +22,10 @@ from typing import ClassVar
 
 from rich.console import Group
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
-from textual.worker import Worker, WorkerState
 
 from console.core.chains import Chain
 from console.core.models import CallDetail, JobSummary, PayloadPreview
@@ -37,7 +35,7 @@ from console.operator import present
 from console.operator.files import atomic_write
 from console.operator.present.chains import chain_of_one, chain_story
 from console.operator.tui.failures import describe_failure
-from console.operator.tui.screens.base import CALL_ACTION_BINDINGS, PollingScreen
+from console.operator.tui.screens.base import BACK_BINDING, CALL_ACTION_BINDINGS, PollingScreen
 from console.operator.tui.screens.export import ExportDialog
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.errors import BadInput
@@ -49,7 +47,7 @@ NARROW = 110  # the app's -narrow breakpoint
 class DetailScreen(PollingScreen):
     CSS_PATH = "detail.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the list"),
+        BACK_BINDING,
         Binding("p", "toggle_payload", "Payload", tooltip="Reveal (a bounded beginning of) the payload and result"),
         Binding("e", "export_document", "Export", tooltip="Write the whole payload and result to a file"),
         *CALL_ACTION_BINDINGS,
@@ -188,22 +186,18 @@ class DetailScreen(PollingScreen):
             self._fetch_preview()
         self._show_payload()
 
-    @work(thread=True, exclusive=True, group="payload", exit_on_error=False)
-    def _fetch_preview(self) -> PayloadPreview | None:
-        return self.leasectl.session.read(lambda conn: reads.payload_preview(conn, self.job_id))
+    def _fetch_preview(self) -> None:
+        self.aside.read("payload", lambda conn: reads.payload_preview(conn, self.job_id), self._previewed,
+                        self._not_previewed)
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        # PollingScreen's handler runs too (Textual calls every class's handler): polls are its
-        if event.worker.group != "payload":
-            return
-        if event.state == WorkerState.SUCCESS:
-            self.preview = event.worker.result
-            self._show_payload()
-            self.call_after_refresh(self.query_one("#payload", Static).scroll_visible, animate=False, top=True)
-        elif event.state == WorkerState.ERROR:
-            self.query_one("#payload", Static).update(Text(
-                "payload: could not fetch it — " + describe_failure(event.worker.error, "the payload preview"),
-                style="bold red"))
+    def _previewed(self, preview: PayloadPreview | None) -> None:
+        self.preview = preview
+        self._show_payload()
+        self.call_after_refresh(self.query_one("#payload", Static).scroll_visible, animate=False, top=True)
+
+    def _not_previewed(self, error: BaseException | None) -> None:
+        self.query_one("#payload", Static).update(Text(
+            "payload: could not fetch it — " + describe_failure(error, "the payload preview"), style="bold red"))
 
     # ------------------------------------------------------------------ export
     def action_export_document(self) -> None:
@@ -222,7 +216,3 @@ class DetailScreen(PollingScreen):
         self.app.push_screen(ExportDialog(f"Export call {str(job_id)[:8]}", "The whole call as JSON: every field, "
                                           "the payload and the result (they may hold personal data).",
                                           f"call-{str(job_id)[:8]}.json", write))
-
-    # ------------------------------------------------------------------ keys
-    def action_back(self) -> None:
-        self.app.pop_screen()

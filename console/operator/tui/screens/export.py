@@ -16,12 +16,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from console.operator.files import writable_target
 from console.operator.tui.failures import describe_failure
+from console.operator.tui.screens.dialog import Dialog
 from console.shared.errors import BadInput
 from console.shared.text import counted, sanitize
 
@@ -33,7 +33,7 @@ def check_target(text: str) -> Path:
     return writable_target(text, what="the file")
 
 
-class ExportDialog(ModalScreen[Path | None]):
+class ExportDialog(Dialog[Path | None]):
     DEFAULT_CSS = """
     ExportDialog {
         align: center middle;
@@ -68,6 +68,8 @@ class ExportDialog(ModalScreen[Path | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "leave", "Leave (stops a running export)"),
     ]
+    GO_BUTTON = "export-go"
+    OUTCOME = "export-outcome"
 
     def __init__(self, title: str, what: str, default_path: str, write: Writer, *,
                  formats: list[str] | None = None) -> None:
@@ -102,19 +104,9 @@ class ExportDialog(ModalScreen[Path | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.start()
+        self.go()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        if event.button.id == "export-go":
-            self.start()
-        else:
-            self.action_leave()
-
-    def _say(self, text: Text) -> None:
-        self.query_one("#export-outcome", Static).update(text)
-
-    def start(self) -> None:
+    def go(self) -> None:
         if self.running:
             return
         try:

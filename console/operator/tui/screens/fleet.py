@@ -13,18 +13,18 @@ from datetime import datetime
 from typing import ClassVar
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.widgets import Footer, Label, Static
 
-from console.core.filters import AGENT_KEYS, FieldFilter, field_grammar, parse_fields
+from console.core.filters import AGENT_KEYS
 from console.core.fleet import subtree, tree_prefixes
 from console.core.models import FleetAgent, FleetSnapshot, Shutdown, ShutdownMode
 from console.db import reads
 from console.db.connect import Conn
+from console.operator.present.calls import label_grid
 from console.operator.present.fleet import (
     AGENT_STATE_STYLE,
     ID_CHARS,
@@ -36,10 +36,8 @@ from console.operator.present.fleet import (
 )
 from console.operator.present.words import clock
 from console.operator.tui.cells import Cell
-from console.operator.tui.screens.base import PollingScreen
-from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
+from console.operator.tui.screens.base import CLEAR_FILTER_BINDING, FieldListScreen
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
-from console.operator.tui.widgets.status import TopChrome
 from console.shared.text import counted, format_seconds, sanitize
 
 AGENT_COLUMNS = [Column("agent", "agent", 26, 0), Column("state", "state", 11, 0), Column("seen", "seen ago", 8, 0),
@@ -60,7 +58,7 @@ def _seen(agent: FleetAgent, now: datetime | None) -> Cell:
     return Cell(format_seconds(age), style)
 
 
-class FleetScreen(PollingScreen):
+class FleetScreen(FieldListScreen[FleetAgent]):
     """The agent tree and shutdowns: drain or abort"""
 
     CSS_PATH = "fleet.tcss"
@@ -69,26 +67,18 @@ class FleetScreen(PollingScreen):
         Binding("x", "abort", "Abort subtree", tooltip="Abort the selected agent's subtree (reason, window)"),
         Binding("enter", "open_record", "Open record", tooltip="On a finished shutdown: its reconciliation record"),
         Binding("tab", "switch_table", "Next table", show=False, tooltip="Agents ↔ shutdowns"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
+        CLEAR_FILTER_BINDING,
     ]
+    FILTER_KEYS = AGENT_KEYS
 
     def __init__(self) -> None:
         super().__init__()
         self.snapshot = FleetSnapshot(agents=[], shutdowns=[])
-        self.shown_agents: list[FleetAgent] = []
-        self.filter_value = FieldFilter()
 
     def compose(self) -> ComposeResult:
-        yield TopChrome()
-        yield FilterBar(placeholder=field_grammar(AGENT_KEYS))
-        yield FilterLine("/ filters agents (agent: kind: state:)")
-        with Horizontal(id="fleet-top"):
-            with Vertical(id="fleet-left"):
-                yield Label("Agents — the delegation tree (calls = running calls)", classes="section-title")
-                yield LiveTable(AGENT_COLUMNS, id="agents")
-                yield Static("No agent is registered.", id="no-agents")
-            with VerticalScroll(id="agent-pane"):
-                yield Static(id="agent-detail")
+        yield from self.filter_chrome("/ filters agents (agent: kind: state:)")
+        yield from self.list_beside_pane("agents", "Agents — the delegation tree (calls = running calls)",
+                                         AGENT_COLUMNS, "No agent is registered.")
         with Vertical(id="fleet-bottom"):
             yield Label("Shutdowns — under way first (tab: select one, enter: its record)", classes="section-title")
             yield LiveTable(SHUTDOWN_COLUMNS, id="shutdowns")
@@ -110,24 +100,14 @@ class FleetScreen(PollingScreen):
         self.snapshot = data[0]
         now = self.now() or data[1]
         agents = self.snapshot.agents
-        prefixes = tree_prefixes(agents)
-        self.shown_agents = [a for a in agents if self.filter_value.matches(
-            {"agent": a.id, "kind": a.kind, "state": a.state})]
-        shown = {a.id for a in self.shown_agents}
-        keyed_rows(self.query_one("#agents", LiveTable),
-                   [(a.id, self._agent_cells(prefix, a, now)) for prefix, a in zip(prefixes, agents, strict=True)
-                    if a.id in shown])
-        self.query_one("#agents", LiveTable).display = bool(self.shown_agents)
-        none = self.query_one("#no-agents", Static)
-        none.display = not self.shown_agents
-        if agents and not self.shown_agents:
-            none.update(Text(f"No agent matches the filter {sanitize(self.filter_value.describe(), max_chars=80)} "
-                             "(esc clears it).", style="bold yellow"))
+        prefixes = dict(zip((a.id for a in agents), tree_prefixes(agents), strict=True))
+        self.show_list(agents, "agents", lambda a: a.id, lambda a: self._agent_cells(prefixes[a.id], a, now), "agent")
         keyed_rows(self.query_one("#shutdowns", LiveTable),
                    [(str(s.id), self._shutdown_cells(s, now)) for s in self.snapshot.shutdowns])
-        self.query_one(FilterLine).show_filter(self.filter_value.describe(), matched=len(self.shown_agents),
-                                               total=len(agents))
         self._describe()
+
+    def matches(self, row: FleetAgent) -> bool:
+        return self.filter_value.matches({"agent": row.id, "kind": row.kind, "state": row.state})
 
     @staticmethod
     def _agent_cells(prefix: str, a: FleetAgent, now: datetime | None) -> dict[str, Cell]:
@@ -156,24 +136,19 @@ class FleetScreen(PollingScreen):
             if s.state not in ("terminated", "requested"):
                 shutdowns.update_cells(str(s.id), {"phase": self._shutdown_cells(s, now)["phase"]})
         agents = self.query_one("#agents", LiveTable)
-        for a in self.shown_agents:
+        for a in self.shown:
             agents.update_cells(a.id, {"seen": _seen(a, now)})
 
     # ------------------------------------------------------------------ the filter
-    def parse_filter_text(self, text: str) -> FieldFilter:
-        return parse_fields(text, AGENT_KEYS)
-
     def filter_changed(self) -> None:
         self.show((self.snapshot, self.db_now or datetime.now().astimezone()))
 
     # ------------------------------------------------------------------ selection
     def selected_agent(self) -> FleetAgent | None:
-        key = self.query_one("#agents", LiveTable).cursor_key
-        return next((a for a in self.shown_agents if a.id == key), None)
+        return self.query_one("#agents", LiveTable).cursor_item(self.shown, lambda a: a.id)
 
     def selected_shutdown(self) -> Shutdown | None:
-        key = self.query_one("#shutdowns", LiveTable).cursor_key
-        return next((s for s in self.snapshot.shutdowns if str(s.id) == key), None)
+        return self.query_one("#shutdowns", LiveTable).cursor_item(self.snapshot.shutdowns, lambda s: str(s.id))
 
     def on_live_table_row_highlighted(self, event: LiveTable.RowHighlighted) -> None:
         self._describe()
@@ -198,20 +173,17 @@ class FleetScreen(PollingScreen):
                                 "Cancel now, fence the unconfirmed (x)", self.action_abort)
 
     def _describe(self) -> None:
-        pane = self.query_one("#agent-detail", Static)
         focused_shutdowns = self.focused is self.query_one("#shutdowns", LiveTable)
         shutdown = self.selected_shutdown() if focused_shutdowns else None
         if shutdown is not None:
-            pane.update(self._shutdown_story(shutdown))
+            self.query_one("#agents-detail", Static).update(self._shutdown_story(shutdown))
             return
-        agent = self.selected_agent()
-        if agent is None:
-            pane.update(Text("Select an agent to see its subtree.", style="dim"))
-            return
+        self.describe_selected("#agents-detail", self.selected_agent(), "Select an agent to see its subtree.",
+                               self._agent_story)
+
+    def _agent_story(self, agent: FleetAgent) -> Group:
         tree = subtree(self.snapshot.agents, agent.id)
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(overflow="fold")
+        grid = label_grid()
 
         def line(label: str, value: object, style: str = "") -> None:
             grid.add_row(Text(label), Text(sanitize(value, max_chars=300), style=style))
@@ -240,12 +212,10 @@ class FleetScreen(PollingScreen):
         subtree_text.append(f"\nSubtree: {subtree_counts(tree)}.", style="bold")
         if agent.state == "running" and under_way is None:
             subtree_text.append("\nd drains it (calls finish in a window), x aborts it (cancel now).", style="dim")
-        pane.update(Group(grid, subtree_text))
+        return Group(grid, subtree_text)
 
     def _shutdown_story(self, s: Shutdown) -> Group:
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(overflow="fold")
+        grid = label_grid()
         for label, value, style in (
                 ("shutdown", str(s.id), "bold"), ("subtree", f"{s.root_agent_id} ({counted(s.agents, 'agent')})", ""),
                 ("mode", s.mode, ""), ("asked by", s.requested_by, ""), ("reason", s.reason, ""),
@@ -270,10 +240,7 @@ class FleetScreen(PollingScreen):
 
     def _shutdown(self, mode: ShutdownMode) -> None:
         agent = self.selected_agent()
-        if agent is None:
-            self.app.notify("Select an agent first.", severity="warning")
-            return
-        if not self.actions_allowed():
+        if not self.ready_to_act(agent, "an agent"):
             return
         if agent.state != "running":
             self.app.notify(f"{sanitize(agent.id, max_chars=60)} is {agent.state}: its subtree is already shutting "

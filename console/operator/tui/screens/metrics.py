@@ -44,9 +44,6 @@ class GroupCallsScreen(CallsScreen):
         super().__init__(where=where)
         self.crumb = crumb
 
-    def action_back(self) -> None:
-        self.app.pop_screen()
-
 
 class MetricsScreen(PollingScreen):
     """The seeds' metrics by tool, model or provider, and the last hour per minute"""
@@ -125,13 +122,11 @@ class MetricsScreen(PollingScreen):
     def selected_group(self) -> MetricsGroup | None:
         if self.data is None:
             return None
-        key = self.query_one("#groups", LiveTable).cursor_key
-        return next((g for g in self.data.report.groups if row_key(g) == key), None)
+        return self.query_one("#groups", LiveTable).cursor_item(self.data.report.groups, row_key)
 
     def action_open_group(self) -> None:
         group = self.selected_group()
-        if group is None:
-            self.app.notify("Select a group first.", severity="warning")
+        if not self.chosen(group, "a group"):
             return
         if group.key is None:
             self.app.notify(f"These calls have no {self.by}: the filter grammar cannot select them.",

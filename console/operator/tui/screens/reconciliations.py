@@ -14,10 +14,10 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widgets import Footer, Label, Static
 
-from console.core.filters import RECORD_KEYS, FieldFilter, field_grammar, parse_fields
+from console.core.filters import RECORD_KEYS
 from console.core.models import ChildEntry, ReconciliationRecord
 from console.db import reads
 from console.db.connect import Conn
@@ -32,9 +32,8 @@ from console.operator.present.fleet import (
 )
 from console.operator.present.words import when
 from console.operator.tui.cells import Cell
-from console.operator.tui.screens.base import PollingScreen
+from console.operator.tui.screens.base import BACK_BINDING, CLEAR_FILTER_BINDING, FieldListScreen, PollingScreen
 from console.operator.tui.screens.detail import DetailScreen
-from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.text import counted, sanitize
@@ -56,33 +55,20 @@ def _record_cells(r: ReconciliationRecord) -> dict[str, Cell]:
             "expired": Cell(len(r.grants_expired))}
 
 
-class ReconciliationsScreen(PollingScreen):
+class ReconciliationsScreen(FieldListScreen[ReconciliationRecord]):
     """What each shutdown left: unaccounted agents, every call, every grant"""
 
     CSS_PATH = "reconciliations.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_record", "Open", tooltip="The whole record: unaccounted first, then every call"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
+        CLEAR_FILTER_BINDING,
     ]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[ReconciliationRecord] = []
-        self.all_records: list[ReconciliationRecord] = []
-        self.filter_value = FieldFilter()
+    FILTER_KEYS = RECORD_KEYS
 
     def compose(self) -> ComposeResult:
-        yield TopChrome()
-        yield FilterBar(placeholder=field_grammar(RECORD_KEYS))
-        yield FilterLine("/ filters records (agent: mode: unaccounted:yes)")
-        with Horizontal(id="records-body"):
-            with Vertical(id="records-left"):
-                yield Label("Reconciliation records — newest first", classes="section-title")
-                yield LiveTable(RECORD_COLUMNS, id="records")
-                yield Static("No shutdown has been reconciled yet. Start one from the Fleet screen (4).",
-                             id="no-records")
-            with VerticalScroll(id="record-pane"):
-                yield Static(id="record-preview")
+        yield from self.filter_chrome("/ filters records (agent: mode: unaccounted:yes)")
+        yield from self.list_beside_pane("records", "Reconciliation records — newest first", RECORD_COLUMNS,
+                                         "No shutdown has been reconciled yet. Start one from the Fleet screen (4).")
         yield Footer()
 
     def load(self, conn: Conn) -> tuple[list[ReconciliationRecord], datetime]:
@@ -93,29 +79,18 @@ class ReconciliationsScreen(PollingScreen):
         return data[1]
 
     def show(self, data: tuple[list[ReconciliationRecord], datetime]) -> None:
-        self.all_records = data[0]
-        self.records = [r for r in self.all_records if self.filter_value.matches(
-            {"agent": r.root_agent_id, "mode": r.mode, "unaccounted": "yes" if r.children_unaccounted else "no"})]
-        keyed_rows(self.query_one("#records", LiveTable), [(str(r.id), _record_cells(r)) for r in self.records])
-        self.query_one("#records", LiveTable).display = bool(self.records)
-        none = self.query_one("#no-records", Static)
-        none.display = not self.records
-        if self.all_records and not self.records:
-            none.update(Text(f"No record matches the filter {sanitize(self.filter_value.describe(), max_chars=80)} "
-                             "(esc clears it).", style="bold yellow"))
-        self.query_one(FilterLine).show_filter(self.filter_value.describe(), matched=len(self.records),
-                                               total=len(self.all_records))
+        self.show_list(data[0], "records", lambda r: str(r.id), _record_cells, "record")
         self._preview()
 
-    def parse_filter_text(self, text: str) -> FieldFilter:
-        return parse_fields(text, RECORD_KEYS)
+    def matches(self, row: ReconciliationRecord) -> bool:
+        return self.filter_value.matches({"agent": row.root_agent_id, "mode": row.mode,
+                                          "unaccounted": "yes" if row.children_unaccounted else "no"})
 
     def filter_changed(self) -> None:
-        self.show((self.all_records, self.db_now or datetime.now().astimezone()))
+        self.show((self.every, self.db_now or datetime.now().astimezone()))
 
     def selected_record(self) -> ReconciliationRecord | None:
-        key = self.query_one("#records", LiveTable).cursor_key
-        return next((r for r in self.records if str(r.id) == key), None)
+        return self.query_one("#records", LiveTable).cursor_item(self.shown, lambda r: str(r.id))
 
     def on_live_table_row_highlighted(self, event: LiveTable.RowHighlighted) -> None:
         self._preview()
@@ -124,11 +99,10 @@ class ReconciliationsScreen(PollingScreen):
         self.action_open_record()
 
     def _preview(self) -> None:
-        record = self.selected_record()
-        pane = self.query_one("#record-preview", Static)
-        if record is None:
-            pane.update(Text("Select a record.", style="dim"))
-            return
+        self.describe_selected("#records-detail", self.selected_record(), "Select a record.", self._summary)
+
+    @staticmethod
+    def _summary(record: ReconciliationRecord) -> Group:
         counts: dict[str, int] = {}
         for call in record.in_flight:
             counts[call.resolution] = counts.get(call.resolution, 0) + 1
@@ -147,12 +121,11 @@ class ReconciliationsScreen(PollingScreen):
         tail = Text(f"\n{counted(len(record.grants_revoked), 'grant')} revoked, {len(record.grants_expired)} already "
                     f"expired; {counted(len(record.children_confirmed), 'agent')} confirmed.\nenter opens the record.",
                     style="dim")
-        pane.update(Group(head, unaccounted_block(record), Text(""), resolved, tail))
+        return Group(head, unaccounted_block(record), Text(""), resolved, tail)
 
     def action_open_record(self) -> None:
         record = self.selected_record()
-        if record is None:
-            self.app.notify("Select a record first.", severity="warning")
+        if not self.chosen(record, "a record"):
             return
         self.app.push_screen(RecordScreen(record.id))
 
@@ -163,7 +136,7 @@ class RecordScreen(PollingScreen):
 
     CSS_PATH = "reconciliations.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the list"),
+        BACK_BINDING,
         Binding("enter", "open_call", "Open call", tooltip="The selected in-flight call's detail"),
     ]
     poll_seconds = 30.0
@@ -240,10 +213,6 @@ class RecordScreen(PollingScreen):
 
     def action_open_call(self) -> None:
         key = self.query_one("#in-flight", LiveTable).cursor_key
-        if key is None:
-            self.app.notify("Select a call first.", severity="warning")
+        if not self.chosen(key, "a call"):
             return
         self.app.push_screen(DetailScreen(uuid.UUID(key)))
-
-    def action_back(self) -> None:
-        self.app.pop_screen()

@@ -14,8 +14,8 @@ so at 80 columns a call's id, its health and its lease stay on screen.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar, NamedTuple, TypeVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -38,6 +38,7 @@ class Column(NamedTuple):
     priority: int = 1
 
 
+T = TypeVar("T")
 GAP = 2
 MARK = "●"
 
@@ -126,6 +127,11 @@ class LiveTable(ScrollView, can_focus=True):
         if 0 <= self.cursor_row < len(self.row_keys):
             return self.row_keys[self.cursor_row]
         return None
+
+    def cursor_item(self, items: Iterable[T], key: Callable[[T], str]) -> T | None:
+        """The one of `items` whose row the cursor is on (`key` gives each its row's key), or None."""
+        at = self.cursor_key
+        return next((item for item in items if key(item) == at), None)
 
     def set_rows(self, keys: list[str], cells: dict[str, dict[str, Cell]]) -> None:
         """Show these rows in this order; `cells` has the new or changed rows (others are kept)."""
