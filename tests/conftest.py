@@ -4,7 +4,8 @@
 * `LEASECTL_TEST_DSN=postgresql://...`: any other server (the local PostgreSQL 15, say).
 
 A template database is migrated once per session (per xdist worker); each test gets its own
-database cloned from it, so tests never see each other's rows.
+database cloned from it, so tests never see each other's rows. `conn` is a session on it with the
+tools the test module declares in TOOLS registered; `logins` makes the login roles of its LOGINS.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from console.db.connect import connect
 from console.db.migrate import migrate
 from console.db.sql import migrations_dir
+from tests.helpers import ensure_login, register_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,6 +147,27 @@ def _test_database(pg_server: Server, prefix: str, template: str | None = None) 
 def db(pg_server: Server, template_db: str) -> Iterator[Database]:
     with _test_database(pg_server, "leasectl_test", template_db) as database:
         yield database
+
+
+@pytest.fixture
+def conn(db: Database, request: pytest.FixtureRequest) -> Iterator[psycopg.Connection]:
+    """A session on the test's database (leasectl's kind: dict rows, autocommit), with the tools of
+    the module's TOOLS ({name: (side_effect, register_tool's keywords)}) registered."""
+    with db.connect() as c:
+        register_tools(c, getattr(request.module, "TOOLS", {}))
+        yield c
+
+
+@pytest.fixture(scope="module")
+def logins(pg_server: Server, request: pytest.FixtureRequest) -> dict[str, str | tuple[str, ...]]:
+    """The login roles of the module's LOGINS ({login: its group role, or a tuple of them}), made once
+    (roles belong to the server: every test database sees them). The answer is LOGINS."""
+    wanted: dict[str, str | tuple[str, ...]] = getattr(request.module, "LOGINS", {})
+    with pg_server.admin() as admin:
+        for login, groups in wanted.items():
+            for group in (groups,) if isinstance(groups, str) else groups:
+                ensure_login(admin, login, group)
+    return wanted
 
 
 @pytest.fixture

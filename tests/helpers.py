@@ -17,6 +17,14 @@ FAST = {"lease_seconds": 1.0, "heartbeat_seconds": 0.25, "missed_heartbeats": 2,
         "jitter_seconds": 0.25}
 # a lease no test outlives: a claimed call stays running, and its owner's, until the test acts
 SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
+# SLOW with a 30 s lease, still longer than any test: the sizing the tests of logins, races and renewals use
+SLOW_30 = {"lease_seconds": 30, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
+# quick leases and beats, so that deadlines of a second or two are many heartbeats long
+QUICK = {"lease_seconds": 1.5, "heartbeat_seconds": 0.2, "missed_heartbeats": 2, "jitter_seconds": 0.3}
+
+# A test module's tools: {name: (side_effect, register_tool's keywords)}. The fixture `conn`
+# (tests/conftest.py) registers the TOOLS of the module it serves.
+Tools = dict[str, tuple[str, dict[str, Any]]]
 
 
 def register_tool(conn: Conn, name: str, side_effect: str = "read_only", *,
@@ -36,6 +44,11 @@ def register_tool(conn: Conn, name: str, side_effect: str = "read_only", *,
     return row
 
 
+def register_tools(conn: Conn, tools: Tools) -> None:
+    for name, (side_effect, settings) in tools.items():
+        register_tool(conn, name, side_effect, **settings)
+
+
 def enqueue(conn: Conn, tool: str, key: str | None = None, payload: Any = None, *,
             agent_id: str | None = None, session_id: str | None = None, deadline_at: Any = None,
             model: str | None = None, provider: str | None = None) -> dict:
@@ -48,6 +61,18 @@ def enqueue(conn: Conn, tool: str, key: str | None = None, payload: Any = None, 
 
 def claim(conn: Conn, worker: str, tools: list[str] | None = None) -> dict | None:
     return run_one(conn, "worker/claim", worker_id=worker, tools=tools)
+
+
+def running_and_queued(conn: Conn, running: int, queued: int, tool: str = "search") -> tuple[list[dict], list[dict]]:
+    """`running` calls of `tool` (keys s:0, s:1, ...) each claimed by its own worker (w-0, w-1, ...),
+    then `queued` more nobody claims (q:0, ...): the claims, and the enqueued rows of the queued ones."""
+    claims = []
+    for n in range(running):
+        enqueue(conn, tool, f"s:{n}")
+        got = claim(conn, f"w-{n}", [tool])
+        assert got is not None
+        claims.append(got)
+    return claims, [enqueue(conn, tool, f"q:{n}") for n in range(queued)]
 
 
 def heartbeat(conn: Conn, job: dict, worker: str, token: int | None = None) -> dict | None:
@@ -80,6 +105,20 @@ def report_unknown(conn: Conn, job: dict, worker: str, token: int | None = None)
     return run_one(conn, "worker/report_outcome_unknown", job_id=job["id"], worker_id=worker,
                    fencing_token=job["fencing_token"] if token is None else token,
                    error=Jsonb({"message": "no answer"}))
+
+
+def outcomes_unknown(conn: Conn, count: int, tool: str = "pay") -> list[dict]:
+    """`count` calls of the unverifiable tool `tool` whose side effect started and whose outcome no
+    worker knows: on triage, each waiting for an operator's approval."""
+    register_tool(conn, tool, "mutating_unverifiable", **FAST)
+    made = []
+    for n in range(count):
+        made.append(enqueue(conn, tool, f"{tool}:{n}"))
+        c = claim(conn, f"w-{n}", [tool])
+        assert c is not None
+        start_side_effect(conn, c, f"w-{n}")
+        report_unknown(conn, c, f"w-{n}")
+    return made
 
 
 def confirm_cancel(conn: Conn, job: dict, worker: str, token: int | None = None) -> dict | None:
@@ -202,12 +241,13 @@ def as_login(db: Any, login: str) -> Conn:
     return connect(make_conninfo(db.dsn, user=login))
 
 
-def ensure_login(admin: Any, login: str, group: str | None = None) -> None:
-    """Create a login role once, whichever parallel test process gets there first."""
+def ensure_login(admin: Any, login: str, group: str | None = None, *, bypassrls: bool = False) -> None:
+    """Create a login role once, whichever parallel test process gets there first (`bypassrls`: one
+    that row level security does not stop, when this call creates it)."""
     import psycopg
 
     try:
-        admin.execute(f"create role {login} login")
+        admin.execute(f"create role {login} login" + (" bypassrls" if bypassrls else ""))
     except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
         pass
     if group:

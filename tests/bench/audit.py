@@ -58,7 +58,7 @@ from console.db.connect import connect, run, run_one
 from console.shared.config import SessionLimits
 from console.shared.errors import StatementTimedOut
 from console.shared.times import Instant
-from tests.bench.common import BenchServer, bench_server, machine_facts
+from tests.bench.common import BenchServer, bench_server, percentile, print_header, timed
 
 BENCH_TOOL = dict(name="bench_audit", side_effect="read_only", lease_seconds=60, heartbeat_seconds=10,
                   missed_heartbeats=2, jitter_seconds=10, max_attempts=5, stage_timeout_seconds=None,
@@ -83,22 +83,6 @@ def seeded(server: BenchServer, calls: int) -> tuple[str, float]:
         run(conn, "demo/exact_mode", on=False)
         run(conn, "meta/bench_vacuum")
     return dsn, time.perf_counter() - t0
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
-def timed(fn: Callable[[], Any], runs: int, warm: int = 5) -> list[float]:
-    for _ in range(warm):
-        fn()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def ms(values: list[float]) -> str:
@@ -224,10 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(13)
     with bench_server(args.dsn) as server:
-        print("leasectl audit benchmark")
-        print(f"  machine:  {machine_facts()}")
-        print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
-              + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
+        print_header("leasectl audit benchmark", server)
         dsn, seconds = seeded(server, args.calls)
         with connect(dsn, limits=AUDIT_LIMITS) as conn:
             total = run_one(conn, "audit/export_count", since=None, until=None, job_id=None, owner=None,

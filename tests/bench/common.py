@@ -10,7 +10,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +160,31 @@ def machine_facts() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} CPUs ({model}), {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def print_header(title: str, server: BenchServer) -> None:
+    """A benchmark's first lines: what it measures, on which machine, on which server."""
+    print(title)
+    print(f"  machine:  {machine_facts()}")
+    print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
+          + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def timed(fn: Callable[[], object], runs: int, warm: int = 5) -> list[float]:
+    """Milliseconds of each of `runs` calls of `fn`, after `warm` calls not counted."""
+    for _ in range(warm):
+        fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
 
 
 def pg_bin(name: str) -> str:

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from console.db import reads
 from console.db.connect import connect, run, run_one
-from tests.bench.common import BenchServer, bench_server, machine_facts
+from tests.bench.common import BenchServer, bench_server, percentile, print_header
 
 BENCH_TOOL = dict(name="bench_tool", side_effect="read_only", lease_seconds=60, heartbeat_seconds=10,
                   missed_heartbeats=2, jitter_seconds=10, max_attempts=3, stage_timeout_seconds=None,
@@ -53,11 +53,6 @@ def _long():  # type: ignore[no-untyped-def]
     from console.shared.config import SessionLimits
 
     return SessionLimits(statement_timeout_ms=0, lock_timeout_ms=0, idle_in_transaction_ms=0)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def triage_timings(dsn: str, runs: int) -> list[float]:
@@ -196,10 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=50, help="state changes timed for the notify latency, each way")
     args = parser.parse_args(argv)
     with bench_server(args.dsn) as server:
-        print("leasectl console benchmark")
-        print(f"  machine:  {machine_facts()}")
-        print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
-              + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
+        print_header("leasectl console benchmark", server)
         t0 = time.perf_counter()
         big = seeded(server, args.history, args.active)
         small = seeded(server, 0, args.active)

@@ -26,15 +26,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from contextlib import redirect_stdout
 from io import StringIO
 
 from console.db import metrics
 from console.db.connect import connect, run
 from console.operator import exporter
-from tests.bench.common import BenchServer, bench_server, machine_facts
-from tests.bench.console import _long, percentile, seeded
+from tests.bench.common import BenchServer, bench_server, percentile, print_header, timed
+from tests.bench.console import _long, seeded
 
 
 def with_metric_events(server: BenchServer, history: int, active: int, events: int) -> str:
@@ -58,17 +57,6 @@ def fold_everything(dsn: str) -> float:
                 break
             time.sleep(0.05)
     return time.perf_counter() - t0
-
-
-def timed(fn: Callable[[], object], runs: int, warm: int = 5) -> list[float]:
-    for _ in range(warm):
-        fn()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def scrape_timings(dsn: str, runs: int) -> tuple[list[float], int]:
@@ -134,10 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100)
     args = parser.parse_args(argv)
     with bench_server(args.dsn) as server:
-        print("leasectl metrics benchmark")
-        print(f"  machine:  {machine_facts()}")
-        print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
-              + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
+        print_header("leasectl metrics benchmark", server)
         t0 = time.perf_counter()
         dsns = {"none": seeded(server, 0, args.active), "history": seeded(server, args.history, args.active),
                 "busy": with_metric_events(server, args.history, args.active, args.metric_events)}

@@ -42,7 +42,6 @@ from tests.helpers import (
     complete,
     confirm_cancel,
     enqueue,
-    ensure_login,
     events,
     expire_lease,
     heartbeat,
@@ -58,19 +57,16 @@ from tests.helpers import (
 )
 
 AUDITOR = "lc_audit_auditor"
+LOGINS = {AUDITOR: "leasectl_auditor"}
 OWNER_KEYS = ["job_id", "at", "owner_id", "fencing_token", "held_from", "held_until", "ended_by"]
 ACTION_KEYS = ["at", "operator", "action", "outcome", "job_id", "agent_id", "reason", "request_id", "fencing_token",
                "details"]
+TOOLS = {"quick": ("read_only", FAST), "search": ("read_only", SLOW), "pay": ("mutating_unverifiable", FAST)}
 
 
 @pytest.fixture
-def cli(db):
-    invoke = cli_invoker(db.dsn, "auditor-tester")
-    with db.connect() as conn:
-        register_tool(conn, "quick", "read_only", **FAST)
-        register_tool(conn, "search", "read_only", **SLOW)
-        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
-        yield invoke, conn
+def cli(db, conn):
+    return cli_invoker(db.dsn, "auditor-tester"), conn
 
 
 def kind_of(conn, job_id, kind, n=0) -> dict:
@@ -499,9 +495,12 @@ def test_export_ended_by_sigterm_says_so_and_leaves_no_partial_file(cli, db, tmp
     _many_events(conn, 200_000)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         target = tmp_path / f"{sig.name}.jsonl"
+        # from a terminal: the hang-up at its default, even when the test run itself was started under
+        # nohup (it would hand its ignored SIGHUP down, the case the end of this test checks)
         proc = subprocess.Popen([sys.executable, "-m", "console", "audit", "export", "--dsn", db.dsn, "--output",
                                  str(target)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, "COLUMNS": "200"})
+                                env={**os.environ, "COLUMNS": "200"},
+                                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
         deadline = time.monotonic() + 60
         while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -1009,19 +1008,12 @@ def test_jobs_at_json_cut_midway_says_so_and_leaves_nothing_running(cli, db):
 # ----------------------------------------------------------------------------- the auditor
 
 
-@pytest.fixture(scope="module")
-def auditor(pg_server):
-    with pg_server.admin() as admin:
-        ensure_login(admin, AUDITOR, "leasectl_auditor")
-    return AUDITOR
-
-
-def test_everything_works_as_an_auditor_login_and_under_read_only(cli, db, auditor, tmp_path):
+def test_everything_works_as_an_auditor_login_and_under_read_only(cli, db, logins, tmp_path):
     invoke, conn = cli
     made = _history(conn)
-    dsn = make_conninfo(db.dsn, user=auditor)
+    dsn = make_conninfo(db.dsn, user=AUDITOR)
     with psycopg.connect(dsn) as probe:
-        assert probe.execute("select current_user").fetchone()[0] == auditor  # type: ignore[index]
+        assert probe.execute("select current_user").fetchone()[0] == AUDITOR  # type: ignore[index]
     job = str(made[0]["id"])
     for prefix in ((), ("--read-only",)):
         for args in (("audit", "owner", job, "--at", "1s", "--json"), ("audit", "actions", "--json"),

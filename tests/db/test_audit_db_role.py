@@ -49,29 +49,18 @@ from tests.helpers import (
 W1, W2 = "lc_audit_w1", "lc_audit_w2"
 OP, SUP, BOTH = "lc_audit_op", "lc_audit_sup", "lc_audit_both"
 ACTION_KEYS = [*OperatorAction.KEYS]
-
-
-@pytest.fixture(scope="module")
-def logins(pg_server):
-    with pg_server.admin() as admin:
-        for login, group in ((W1, "leasectl_worker"), (W2, "leasectl_worker"), (OP, "leasectl_operator"),
-                             (SUP, "leasectl_supervisor"), (BOTH, "leasectl_worker")):
-            ensure_login(admin, login, group)
-        ensure_login(admin, BOTH, "leasectl_operator")  # a worker *and* an operator: not a worker login
+LOGINS = {W1: "leasectl_worker", W2: "leasectl_worker", OP: "leasectl_operator", SUP: "leasectl_supervisor",
+          BOTH: ("leasectl_worker", "leasectl_operator")}  # a worker *and* an operator: not a worker login
+TOOLS = {"search": ("read_only", SLOW), "pay": ("mutating_unverifiable", SLOW), "quick": ("read_only", FAST),
+         "swept": ("read_only", FAST)}
 
 
 @pytest.fixture
-def cli(db, logins, monkeypatch):
+def cli(db, conn, logins, monkeypatch):
     # as on a pipe (common._pipe_width), whatever COLUMNS the test process was started with: a
     # history's cells then hold a name and its login on one line
     monkeypatch.setattr(common.out, "_width", 200)
-    invoke = cli_invoker(db.dsn, "auditor-tester")
-    with db.connect() as admin:
-        register_tool(admin, "search", "read_only", **SLOW)
-        register_tool(admin, "pay", "mutating_unverifiable", **SLOW)
-        register_tool(admin, "quick", "read_only", **FAST)
-        register_tool(admin, "swept", "read_only", **FAST)
-        yield invoke, admin
+    return cli_invoker(db.dsn, "auditor-tester"), conn
 
 
 def honest_traffic(db) -> dict[str, uuid.UUID]:

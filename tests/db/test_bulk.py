@@ -15,30 +15,22 @@ from console.operator.cli import app
 from console.shared.errors import BadInput
 from tests.helpers import (
     FAST,
+    SLOW,
     claim,
     complete,
-    enqueue,
     events,
     job,
-    register_tool,
-    report_unknown,
-    start_side_effect,
+    outcomes_unknown,
+    running_and_queued,
 )
 
-SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
+TOOLS = {"search": ("read_only", SLOW), "pay": ("mutating_unverifiable", FAST)}
 
 
 @pytest.fixture
-def calls(db):
-    with db.connect() as conn:
-        register_tool(conn, "search", "read_only", **SLOW)
-        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
-        running = []
-        for n in range(6):
-            enqueue(conn, "search", f"s:{n}")
-            running.append(claim(conn, f"w-{n}", ["search"]))
-        queued = [enqueue(conn, "search", f"q:{n}") for n in range(3)]
-        yield db, conn, running, queued
+def calls(db, conn):
+    """Six running calls of `search` (each its own worker's) and three queued: (db, conn, running, queued)."""
+    return db, conn, *running_and_queued(conn, 6, 3)
 
 
 def invoke(db, *args, input=None, terminal=False, monkeypatch=None):
@@ -84,22 +76,15 @@ def test_calls_the_action_cannot_apply_to_are_skipped_and_said_so(calls):
     assert not batch_journal(conn), "skipped calls are not sent"
 
 
-def test_approving_unverifiable_retries_in_bulk_asks_for_the_words(db, monkeypatch):
-    with db.connect() as conn:
-        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
-        for n in range(3):
-            enqueue(conn, "pay", f"pay:{n}")
-            c = claim(conn, f"w-{n}")
-            start_side_effect(conn, c, f"w-{n}")
-            report_unknown(conn, c, f"w-{n}")
+def test_approving_unverifiable_retries_in_bulk_asks_for_the_words(db, conn, monkeypatch):
+    outcomes_unknown(conn, 3)
     count = invoke(db, "approve-retry", "--where", "state:outcome_unknown", "--reason", "bank says no capture",
                    input="3\n", terminal=True, monkeypatch=monkeypatch)
     assert count.exit_code == 2 and "approve 3 unverifiable" in count.output, "the count alone is not enough"
     words = invoke(db, "approve-retry", "--where", "state:outcome_unknown", "--reason", "bank says no capture",
                    input="approve 3 unverifiable\n", terminal=True, monkeypatch=monkeypatch)
     assert words.exit_code == 0, words.output
-    with db.connect() as conn:
-        assert conn.execute("select count(*) as n from tool_jobs where state = 'queued'").fetchone()["n"] == 3
+    assert conn.execute("select count(*) as n from tool_jobs where state = 'queued'").fetchone()["n"] == 3
 
 
 @pytest.mark.parametrize("where, says", [("flavour:vanilla", "unknown filter key"), ("state:", "nothing after"),

@@ -10,21 +10,14 @@ import time
 import uuid
 from datetime import timedelta
 
-import pytest
 from psycopg.types.json import Jsonb
 
 from console.db import chains
 from console.db.connect import run_one
 from console.operator.present.chains import where_the_time_went
-from tests.helpers import SLOW, claim, enqueue, register_tool, report_unknown, start_side_effect, sweep
+from tests.helpers import SLOW, claim, enqueue, report_unknown, start_side_effect, sweep
 
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "export", "read_only", **SLOW)
-        register_tool(c, "pay", "mutating_unverifiable", **SLOW)
-        yield c
+TOOLS = {"export": ("read_only", SLOW), "pay": ("mutating_unverifiable", SLOW)}
 
 
 def db_now(conn):

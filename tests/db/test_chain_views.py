@@ -25,10 +25,13 @@ from console.db.audit import jobs_at
 from console.db.connect import Conn, run_one
 from console.operator import exporter
 from console.operator.cli import app
-from tests.helpers import claim, register_tool, wait_until
+from tests.helpers import SLOW, claim, wait_until
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
-SLOW = {"lease_seconds": 60, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
+TOOLS = {"search": ("read_only", {**SLOW, "service": "bing"}),
+         "erp": ("mutating_verifiable", {**SLOW, "service": "acme-erp"}),
+         "late": ("read_only", {**SLOW, "service": "bing"}),
+         "plain": ("read_only", SLOW)}  # no service named
 
 
 def enqueue_with(conn: Conn, tool: str, **chain: object) -> str:
@@ -53,18 +56,6 @@ def past_deadline_call(conn: Conn, worker: str = "w-late") -> str:
     wait_until(lambda: conn.execute("select now() > deadline_at as past from tool_jobs where id = %s",
                                     (late,)).fetchone()["past"], what="the deadline to pass")
     return late
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **SLOW)
-        register_tool(c, "erp", "mutating_verifiable", **SLOW)
-        register_tool(c, "late", "read_only", **SLOW)
-        register_tool(c, "plain", "read_only", **SLOW)  # no service named
-        c.execute("update tools set service = 'bing' where name in ('search', 'late')")
-        c.execute("update tools set service = 'acme-erp' where name = 'erp'")
-        yield c
 
 
 def cli(db, *args: str) -> object:

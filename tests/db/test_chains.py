@@ -22,7 +22,6 @@ from tests.helpers import (
     claim,
     complete,
     enqueue,
-    ensure_login,
     events,
     expire_lease,
     fail,
@@ -35,14 +34,15 @@ from tests.helpers import (
 )
 
 WORKER = "lc_chain_worker"
+LOGINS = {WORKER: "leasectl_worker", WORKER + "_b": "leasectl_worker"}
+TOOLS = {"search": ("read_only", FAST), "erp": ("mutating_verifiable", {**FAST, "max_attempts": 2})}
 
 
 @pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **FAST)
-        register_tool(c, "erp", "mutating_verifiable", **{**FAST, "max_attempts": 2})
-        yield c
+def w(db, logins):
+    """A session as the worker login WORKER (a member of leasectl_worker), beside the owner's `conn`."""
+    with as_login(db, WORKER) as session:
+        yield session
 
 
 def now(conn) -> object:
@@ -73,18 +73,15 @@ def test_a_first_call_is_a_chain_of_one_and_its_child_is_the_next_stage(conn):
     assert b["deadline_at"] == a["deadline_at"], "a child without a deadline of its own gets its parent's"
 
 
-def test_a_plain_insert_cannot_give_a_child_a_later_deadline_or_another_chain(db, pg_server, conn):
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
+def test_a_plain_insert_cannot_give_a_child_a_later_deadline_or_another_chain(conn, w):
     deadline = now(conn) + timedelta(minutes=1)
     parent = enqueue(conn, "search", deadline_at=deadline)
-    with as_login(db, WORKER) as w:
-        assert claim(w, WORKER, ["search"])["id"] == parent["id"]
-        made = w.execute(
-            "insert into tool_jobs (idempotency_key, payload, tool, parent_id, chain_id, stage, deadline_at) "
-            "values (%s, '{}', 'search', %s, gen_random_uuid(), 42, now() + interval '1 day') "
-            "returning id, chain_id, stage, deadline_at",
-            (f"k-{uuid.uuid4().hex}", parent["id"])).fetchone()
+    assert claim(w, WORKER, ["search"])["id"] == parent["id"]
+    made = w.execute(
+        "insert into tool_jobs (idempotency_key, payload, tool, parent_id, chain_id, stage, deadline_at) "
+        "values (%s, '{}', 'search', %s, gen_random_uuid(), 42, now() + interval '1 day') "
+        "returning id, chain_id, stage, deadline_at",
+        (f"k-{uuid.uuid4().hex}", parent["id"])).fetchone()
     assert (made["chain_id"], made["stage"]) == (parent["id"], 1), "the database sets chain and stage"
     assert made["deadline_at"] == deadline, "the earlier of the one asked for and the parent's"
 
@@ -182,20 +179,17 @@ def test_two_workers_racing_complete_and_enqueue_make_one_next_stage(db, conn):
 # ----------------------------------------------------------------------------- deadlines
 
 
-def test_no_lease_outlives_the_deadline_even_a_hand_written_one(db, pg_server, conn):
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
+def test_no_lease_outlives_the_deadline_even_a_hand_written_one(conn, w):
     register_tool(conn, "slow", "read_only", lease_seconds=60, heartbeat_seconds=10, missed_heartbeats=2,
                   jitter_seconds=5)
     enqueue(conn, "slow", deadline_at=now(conn) + timedelta(seconds=20))
-    with as_login(db, WORKER) as w:
-        c = claim(w, WORKER, ["slow"])
-        assert c["lease_until"] == c["deadline_at"], "a 60 s lease is cut at the deadline, 20 s away"
-        beat = heartbeat(w, c, WORKER)
-        assert beat["lease_until"] == c["deadline_at"]
-        with pytest.raises(psycopg.Error) as refused:
-            w.execute("update tool_jobs set lease_until = deadline_at + interval '1 hour' where id = %s", (c["id"],))
-        assert refused.value.sqlstate == "23514"
+    c = claim(w, WORKER, ["slow"])
+    assert c["lease_until"] == c["deadline_at"], "a 60 s lease is cut at the deadline, 20 s away"
+    beat = heartbeat(w, c, WORKER)
+    assert beat["lease_until"] == c["deadline_at"]
+    with pytest.raises(psycopg.Error) as refused:
+        w.execute("update tool_jobs set lease_until = deadline_at + interval '1 hour' where id = %s", (c["id"],))
+    assert refused.value.sqlstate == "23514"
 
 
 def test_a_call_with_too_little_time_left_is_not_started_and_the_sweep_says_why(conn):
@@ -252,16 +246,14 @@ def test_a_check_that_cannot_tell_sends_the_call_to_a_human(conn):
     assert record_check(conn, second, "w2", "unknown")["state"] == "outcome_unknown"
 
 
-def test_a_check_is_recorded_only_by_the_owner_under_its_token(db, pg_server, conn):
+def test_a_check_is_recorded_only_by_the_owner_under_its_token(conn, w):
     first, second = _verifiable_call_whose_request_went_out(conn)
     assert record_check(conn, first, "w1", "not_done") is None, "the old owner: zero rows"
     with pytest.raises(psycopg.Error) as refused:
         conn.execute("update tool_jobs set check_found = 'not_done', check_token = fencing_token - 1, "
                      "checked_at = now() where id = %s", (second["id"],))
     assert refused.value.sqlstate == "LCS14"
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
-    with as_login(db, WORKER) as w, pytest.raises(psycopg.Error) as forged:
+    with pytest.raises(psycopg.Error) as forged:
         w.execute("insert into job_events (job_id, kind, actor, fencing_token, details) "
                   "values (%s, 'side_effect_checked', %s, %s, '{\"found\": \"not_done\"}')",
                   (second["id"], WORKER, second["fencing_token"]))
@@ -354,15 +346,12 @@ def test_a_check_is_spent_by_the_start_it_allowed_even_in_one_transaction(db, co
     assert ended["state"] == "outcome_unknown", "req-2 went out unchecked: not 'failed'"
 
 
-def test_a_start_is_dated_now_whatever_the_client_writes(db, pg_server, conn):
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
+def test_a_start_is_dated_now_whatever_the_client_writes(conn, w):
     enqueue(conn, "search")
-    with as_login(db, WORKER) as w:
-        c = claim(w, WORKER, ["search"])
-        started = w.execute("update tool_jobs set side_effect_started_at = now() - interval '1 hour', "
-                            "external_request_id = 'r-1' where id = %s returning side_effect_started_at, now() as t",
-                            (c["id"],)).fetchone()
+    c = claim(w, WORKER, ["search"])
+    started = w.execute("update tool_jobs set side_effect_started_at = now() - interval '1 hour', "
+                        "external_request_id = 'r-1' where id = %s returning side_effect_started_at, now() as t",
+                        (c["id"],)).fetchone()
     assert started["side_effect_started_at"] == started["t"], "a backdated start would count an older check"
 
 
@@ -389,14 +378,11 @@ def test_a_queued_verifiable_call_cancelled_with_an_unchecked_request_waits_for_
     assert cli_invoker(db.dsn, "alice")("audit", "verify").exit_code == 0
 
 
-def test_a_worker_makes_the_next_stage_of_its_own_call_only(db, pg_server, conn):
+def test_a_worker_makes_the_next_stage_of_its_own_call_only(db, conn, w):
     """Before: another login enqueued a payment under the guessable key of a worker's next stage,
     and the owner's complete_and_enqueue.sql handed it back as that stage."""
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
-        ensure_login(admin, WORKER + "_b", "leasectl_worker")
     parent = enqueue(conn, "search")
-    with as_login(db, WORKER) as w, as_login(db, WORKER + "_b") as other:
+    with as_login(db, WORKER + "_b") as other:
         assert claim(w, WORKER, ["search"])["id"] == parent["id"]
         squat = run_one(other, "worker/enqueue", tool="search", idempotency_key="next:1", payload=Jsonb({}),
                         agent_id=None, session_id=None, deadline_at=None, model=None, provider=None,
@@ -415,29 +401,23 @@ def test_a_start_with_no_request_id_still_needs_a_check_before_the_next(conn):
     assert start_side_effect(conn, c, "w1", "req-2") is None, "a second start needs a check all the same"
 
 
-def test_a_check_written_without_record_check_is_journaled_all_the_same(db, pg_server, conn):
+def test_a_check_written_without_record_check_is_journaled_all_the_same(conn, w):
     """Before: naming check_found alone (checked_at stamped by the guard) left no side_effect_checked row."""
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
     enqueue(conn, "erp")
-    with as_login(db, WORKER) as w:
-        c = claim(w, WORKER, ["erp"])
-        w.execute("update tool_jobs set check_found = 'not_done', check_token = fencing_token where id = %s",
-                  (c["id"],))
+    c = claim(w, WORKER, ["erp"])
+    w.execute("update tool_jobs set check_found = 'not_done', check_token = fencing_token where id = %s",
+              (c["id"],))
     checks = [e for e in events(conn, c["id"]) if e["kind"] == "side_effect_checked"]
     assert len(checks) == 1 and checks[0]["details"]["found"] == "not_done" and checks[0]["actor"] == WORKER
 
 
-def test_a_check_changed_twice_in_one_transaction_is_journaled_twice(db, pg_server, conn):
-    with pg_server.admin() as admin:
-        ensure_login(admin, WORKER, "leasectl_worker")
+def test_a_check_changed_twice_in_one_transaction_is_journaled_twice(conn, w):
     enqueue(conn, "erp")
-    with as_login(db, WORKER) as w:
-        c = claim(w, WORKER, ["erp"])
-        with w.transaction():
-            for found in ("done", "not_done"):
-                w.execute("update tool_jobs set check_found = %s, check_token = fencing_token where id = %s",
-                          (found, c["id"]))
+    c = claim(w, WORKER, ["erp"])
+    with w.transaction():
+        for found in ("done", "not_done"):
+            w.execute("update tool_jobs set check_found = %s, check_token = fencing_token where id = %s",
+                      (found, c["id"]))
     found = [e["details"]["found"] for e in events(conn, c["id"]) if e["kind"] == "side_effect_checked"]
     assert found == ["done", "not_done"]
 

@@ -19,20 +19,13 @@ from tests.helpers import (
     complete,
     enqueue,
     expire_lease,
-    register_tool,
     report_unknown,
     start_side_effect,
 )
 
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **FAST)
-        register_tool(c, "pay", "mutating_unverifiable", **FAST)
-        register_tool(c, "slow", "read_only", lease_seconds=60, heartbeat_seconds=0.2, missed_heartbeats=1,
-                      jitter_seconds=0.1)
-        yield c
+TOOLS = {"search": ("read_only", FAST), "pay": ("mutating_unverifiable", FAST),
+         "slow": ("read_only", {"lease_seconds": 60, "heartbeat_seconds": 0.2, "missed_heartbeats": 1,
+                                "jitter_seconds": 0.1})}
 
 
 def test_triage_counts_and_attention_worst_first(conn):

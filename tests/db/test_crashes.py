@@ -10,15 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from console.worker import Worker
-from tests.helpers import claim, enqueue, job, register_tool, wait_until
+from tests.helpers import claim, enqueue, job, wait_until
 
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", lease_seconds=1.0, heartbeat_seconds=0.2,
-                      missed_heartbeats=2, jitter_seconds=0.2, max_attempts=50)
-        yield c
+TOOLS = {"search": ("read_only", {"lease_seconds": 1.0, "heartbeat_seconds": 0.2, "missed_heartbeats": 2,
+                                  "jitter_seconds": 0.2, "max_attempts": 50})}
 
 
 def terminate(conn, pid: int) -> None:

@@ -21,7 +21,6 @@ from tests.helpers import (
     heartbeat,
     job,
     register_agent,
-    register_tool,
     register_tree,
     request_shutdown,
     revoke_grant,
@@ -34,14 +33,13 @@ from tests.helpers import (
 TREE = {"planner-1": None, "retrieval-1": "planner-1", "code-1": "planner-1", "review-1": "planner-1",
         "sandbox-1": "code-1"}
 SLOW = {"lease_seconds": 60, "heartbeat_seconds": 10, "missed_heartbeats": 2, "jitter_seconds": 10}
+TOOLS = {"search": ("read_only", SLOW), "pay": ("mutating_unverifiable", SLOW)}
 
 
 @pytest.fixture
-def fleet(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **SLOW)
-        register_tool(c, "pay", "mutating_unverifiable", **SLOW)
-        register_tree(c, TREE)
+def fleet(db, conn):
+    """The tree TREE of agents registered: the test database."""
+    register_tree(conn, TREE)
     return db
 
 

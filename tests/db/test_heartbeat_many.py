@@ -6,44 +6,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from console.db import sql
 from console.db.connect import Conn, run
 from tests.helpers import (
+    FAST,
+    SLOW_30,
     Step,
     as_login,
     cancel,
     claim,
     complete,
     enqueue,
-    ensure_login,
     events,
     expire_lease,
     heartbeat,
     mark_terminal,
-    register_tool,
     tool_jobs_updates,
 )
 
 A, B = "lc_hbm_a", "lc_hbm_b"
-
-
-@pytest.fixture(scope="module")
-def logins(pg_server):
-    with pg_server.admin() as admin:
-        for login in (A, B):
-            ensure_login(admin, login, "leasectl_worker")
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", lease_seconds=30, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        register_tool(c, "quick", "read_only", lease_seconds=1.0, heartbeat_seconds=0.25, missed_heartbeats=2,
-                      jitter_seconds=0.25)
-        yield c
+LOGINS = {A: "leasectl_worker", B: "leasectl_worker"}
+TOOLS = {"search": ("read_only", SLOW_30), "quick": ("read_only", FAST)}
 
 
 def many(conn: Conn, calls: list[dict], worker: str, tokens: list[int] | None = None) -> list[dict]:

@@ -13,14 +13,6 @@ LOGINS = {"lc_test_worker": "leasectl_worker", "lc_test_operator": "leasectl_ope
           "lc_test_auditor": "leasectl_auditor"}
 
 
-@pytest.fixture(scope="module")
-def logins(pg_server):
-    with pg_server.admin() as admin:
-        for login, group in LOGINS.items():
-            ensure_login(admin, login, group)
-    return LOGINS
-
-
 def as_role(db, login):
     conn = psycopg.connect(make_conninfo(db.dsn, user=login), autocommit=True, row_factory=dict_row)
     return conn
@@ -141,14 +133,12 @@ def test_worker_cannot_forge_the_ownership_timeline(db, logins, outcome_unknown_
             conn.execute("insert into sneaky values (1)")
 
 
-def test_the_control_plane_role_runs_a_shutdown_and_nobody_else_writes_records(db, pg_server):
+def test_the_control_plane_role_runs_a_shutdown_and_nobody_else_writes_records(db, pg_server, logins):
     from console.control.supervisor import tick
     from tests.helpers import give_grant, register_tree, request_shutdown
 
     with pg_server.admin() as admin:
         ensure_login(admin, "lc_test_supervisor", "leasectl_supervisor")
-        for login, group in LOGINS.items():
-            ensure_login(admin, login, group)
     with db.connect() as c:
         register_tree(c, {"planner-1": None, "code-1": "planner-1"})
         give_grant(c, "code-1")

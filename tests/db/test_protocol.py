@@ -28,14 +28,7 @@ from tests.helpers import (
     sweep,
 )
 
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **FAST)
-        register_tool(c, "erp", "mutating_verifiable", **FAST)
-        register_tool(c, "pay", "mutating_unverifiable", **FAST)
-        yield c
+TOOLS = {"search": ("read_only", FAST), "erp": ("mutating_verifiable", FAST), "pay": ("mutating_unverifiable", FAST)}
 
 
 # ------------------------------------------------------------------------------ enqueue

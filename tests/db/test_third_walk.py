@@ -7,7 +7,6 @@ import contextlib
 import time
 
 import psycopg
-import pytest
 
 from console.control.supervisor import tick
 from console.db.connect import run_one
@@ -16,7 +15,6 @@ from tests.helpers import (
     as_login,
     claim,
     enqueue,
-    ensure_login,
     heartbeat,
     register_tool,
     register_tree,
@@ -25,21 +23,8 @@ from tests.helpers import (
 )
 
 W1, W2 = "lc_walk_w1", "lc_walk_w2"
-
-
-@pytest.fixture
-def logins(pg_server):
-    with pg_server.admin() as admin:
-        for login in (W1, W2):
-            ensure_login(admin, login, "leasectl_worker")
-        ensure_login(admin, "lc_walk_op", "leasectl_operator")
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **SLOW)
-        yield c
+LOGINS = {W1: "leasectl_worker", W2: "leasectl_worker", "lc_walk_op": "leasectl_operator"}
+TOOLS = {"search": ("read_only", SLOW)}
 
 
 def test_enqueueing_an_existing_key_locks_nothing(db, conn, logins):

@@ -20,6 +20,7 @@ from console.operator.doctor import diagnose
 from console.shared.errors import BadInput, PermissionDenied, ProtocolViolation, RowLocked
 from tests.helpers import (
     FAST,
+    SLOW_30,
     approve,
     as_login,
     cancel,
@@ -35,7 +36,6 @@ from tests.helpers import (
     job,
     mark_terminal,
     record_event,
-    register_tool,
     report_unknown,
     start_side_effect,
     sweep,
@@ -46,35 +46,21 @@ A, B, SHARED = "lc_trust_a", "lc_trust_b", "lc_trust_shared"
 OPERATOR, SUPERVISOR, BYPASS = "lc_trust_op", "lc_trust_sup", "lc_trust_bypass"
 LOGINS = {A: "leasectl_worker", B: "leasectl_worker", SHARED: "leasectl_worker",
           OPERATOR: "leasectl_operator", SUPERVISOR: "leasectl_supervisor"}
-SLOW = {"lease_seconds": 30, "heartbeat_seconds": 5, "missed_heartbeats": 2, "jitter_seconds": 5}
+TOOLS = {"search": ("read_only", SLOW_30), "pay": ("mutating_unverifiable", SLOW_30), "quick": ("read_only", FAST),
+         "quick_pay": ("mutating_unverifiable", FAST)}
 
 
 @pytest.fixture(scope="module")
-def logins(pg_server):
+def bypass(pg_server):
+    """A supervisor login that row level security does not stop: only the triggers are left."""
     with pg_server.admin() as admin:
-        for login, group in LOGINS.items():
-            ensure_login(admin, login, group)
-        try:  # a supervisor that row level security does not stop: only the triggers are left
-            admin.execute(f"create role {BYPASS} login bypassrls")
-        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
-            pass
-        ensure_login(admin, BYPASS, "leasectl_supervisor")
-    return LOGINS
+        ensure_login(admin, BYPASS, "leasectl_supervisor", bypassrls=True)
 
 
 @pytest.fixture
-def tools(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **SLOW)
-        register_tool(c, "pay", "mutating_unverifiable", **SLOW)
-        register_tool(c, "quick", "read_only", **FAST)
-        register_tool(c, "quick_pay", "mutating_unverifiable", **FAST)
-
-
-@pytest.fixture
-def admin(db, tools):
-    with db.connect() as c:
-        yield c
+def admin(conn):
+    """The test database's owner, who sets the rows up: a superuser, row level security does not apply."""
+    return conn
 
 
 def raw(conn, job_id):
@@ -403,7 +389,7 @@ def test_a_queued_call_is_changed_only_by_taking_it(db, logins, admin):
         assert claim(a, A)["id"] == e["id"]
 
 
-def test_outcome_unknown_is_left_only_through_the_operator_statements(db, logins, admin):
+def test_outcome_unknown_is_left_only_through_the_operator_statements(db, logins, bypass, admin):
     job_id, token = unknown_outcome(admin)
     with as_login(db, SUPERVISOR) as sup:
         assert sup.execute("update tool_jobs set state = 'failed' where id = %s", (job_id,)).rowcount == 0

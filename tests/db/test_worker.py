@@ -10,23 +10,10 @@ import pytest
 
 from console.worker import CallContext, ToolFailed, ToolNoAnswer, Worker
 from console.worker.receiver import FencedReceiver
-from tests.helpers import FAST, cancel, enqueue, events, job, mark_terminal, register_tool, wait_until
+from tests.helpers import FAST, QUICK, cancel, enqueue, events, job, mark_terminal, register_tool, wait_until
 from tests.netproxy import DbProxy
 
-TOOLS = {
-    "search": "read_only",
-    "erp": "mutating_verifiable",
-    "pay": "mutating_unverifiable",
-}
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        for name, cls in TOOLS.items():
-            register_tool(c, name, cls, lease_seconds=1.5, heartbeat_seconds=0.2,
-                          missed_heartbeats=2, jitter_seconds=0.3)
-        yield c
+TOOLS = {"search": ("read_only", QUICK), "erp": ("mutating_verifiable", QUICK), "pay": ("mutating_unverifiable", QUICK)}
 
 
 @pytest.fixture

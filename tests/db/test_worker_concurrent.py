@@ -15,10 +15,10 @@ from console.shared.errors import PermissionDenied
 from console.worker import CallContext, Worker
 from console.worker.receiver import FencedReceiver
 from tests.helpers import (
+    QUICK,
     as_login,
     cancel,
     enqueue,
-    ensure_login,
     events,
     job,
     mark_terminal,
@@ -28,18 +28,10 @@ from tests.helpers import (
 from tests.netproxy import DbProxy
 
 LOGIN = "lc_conc_worker"
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", lease_seconds=1.5, heartbeat_seconds=0.2,
-                      missed_heartbeats=2, jitter_seconds=0.3)
-        register_tool(c, "pay", "mutating_unverifiable", lease_seconds=1.5, heartbeat_seconds=0.2,
-                      missed_heartbeats=2, jitter_seconds=0.3)
-        register_tool(c, "slow", "read_only", lease_seconds=4, heartbeat_seconds=0.5,
-                      missed_heartbeats=2, jitter_seconds=1)
-        yield c
+LOGINS = {LOGIN: "leasectl_worker"}
+TOOLS = {"search": ("read_only", QUICK), "pay": ("mutating_unverifiable", QUICK),
+         "slow": ("read_only", {"lease_seconds": 4, "heartbeat_seconds": 0.5, "missed_heartbeats": 2,
+                                "jitter_seconds": 1})}
 
 
 class Running:
@@ -74,6 +66,15 @@ def states(conn, ids) -> dict[Any, str]:
 def running_tokens(conn, ids) -> dict[Any, int]:
     wait_until(lambda: all(job(conn, i)["state"] == "running" for i in ids), what="the worker to claim them all")
     return {i: job(conn, i)["fencing_token"] for i in ids}
+
+
+def three_at_once(db, conn, handler: Callable[[CallContext], Any], tool: str = "search",
+                  **options: Any) -> tuple[list[Any], Running, dict[Any, int]]:
+    """Three calls of `tool` taken together by one worker `wc` (concurrency 3) running `handler`: their
+    ids, the run, and the fencing token each runs under."""
+    ids = [enqueue(conn, tool)["id"] for _ in range(3)]
+    worker = Worker(db.dsn, "wc", handler, poll_interval=0.05, concurrency=3, **options)
+    return ids, Running(worker, max_calls=3), running_tokens(conn, ids)
 
 
 def worker_connections(conn, name: str) -> int:
@@ -113,11 +114,7 @@ def test_many_calls_at_once_on_two_connections_and_one_statement_per_beat(db, co
 
 
 def test_a_lost_lease_stops_that_call_and_no_other(db, conn):
-    ids = [enqueue(conn, "search")["id"] for _ in range(3)]
-    worker = Worker(db.dsn, "wc", lambda ctx: ctx.sleep(1.5) or {"by": ctx.worker_id}, poll_interval=0.05,
-                    concurrency=3)
-    run = Running(worker, max_calls=3)
-    tokens = running_tokens(conn, ids)
+    ids, run, tokens = three_at_once(db, conn, lambda ctx: ctx.sleep(1.5) or {"by": ctx.worker_id})
     victim = ids[1]
     mark_terminal(conn, victim, "running", tokens[victim], "failed", force=True, reason="fence one out")
     assert run.done() == 3
@@ -129,11 +126,7 @@ def test_a_lost_lease_stops_that_call_and_no_other(db, conn):
 
 
 def test_a_cancel_is_heard_and_confirmed_by_its_call_only(db, conn):
-    ids = [enqueue(conn, "search")["id"] for _ in range(3)]
-    worker = Worker(db.dsn, "wc", lambda ctx: ctx.sleep(2.0) or {"done": True}, poll_interval=0.05,
-                    concurrency=3)
-    run = Running(worker, max_calls=3)
-    tokens = running_tokens(conn, ids)
+    ids, run, tokens = three_at_once(db, conn, lambda ctx: ctx.sleep(2.0) or {"done": True})
     t0 = time.monotonic()
     assert cancel(conn, ids[0], "running", tokens[ids[0]])["state"] == "cancel_requested"
     wait_until(lambda: job(conn, ids[0])["state"] == "cancelled", timeout=5, what="the cancel confirmed")
@@ -143,11 +136,7 @@ def test_a_cancel_is_heard_and_confirmed_by_its_call_only(db, conn):
 
 
 def test_an_uncooperative_call_never_writes_its_result_after_its_loss(db, conn):
-    ids = [enqueue(conn, "search")["id"] for _ in range(3)]
-    worker = Worker(db.dsn, "wc", lambda ctx: time.sleep(1.2) or {"late": ctx.fencing_token}, poll_interval=0.05,
-                    concurrency=3)
-    run = Running(worker, max_calls=3)
-    tokens = running_tokens(conn, ids)
+    ids, run, tokens = three_at_once(db, conn, lambda ctx: time.sleep(1.2) or {"late": ctx.fencing_token})
     mark_terminal(conn, ids[2], "running", tokens[ids[2]], "failed", force=True)
     assert run.done() == 3
     rejected = [e for e in events(conn, ids[2]) if e["kind"] == "result_rejected"]
@@ -195,12 +184,8 @@ def test_ownership_unknown_refuses_each_calls_step_when_the_database_is_gone(db,
 def test_a_locked_row_holds_back_its_own_renewal_only_and_is_journaled(db, conn):
     """One statement renews every lease, so one locked row could stall them all: the worker
     retries a lock wait lease by lease. Step by step: the batch is seen blocked on the lock."""
-    ids = [enqueue(conn, "slow")["id"] for _ in range(3)]
     limits = SessionLimits(statement_timeout_ms=5_000, lock_timeout_ms=300, idle_in_transaction_ms=10_000)
-    worker = Worker(db.dsn, "wc", lambda ctx: ctx.sleep(3.0) or {"ok": True}, poll_interval=0.05,
-                    concurrency=3, limits=limits)
-    run = Running(worker, max_calls=3)
-    running_tokens(conn, ids)
+    ids, run, _tokens = three_at_once(db, conn, lambda ctx: ctx.sleep(3.0) or {"ok": True}, "slow", limits=limits)
     locked = ids[0]
     holder = db.connect(autocommit=False)
     holder.execute("select 1 from tool_jobs where id = %s for update", (locked,))
@@ -226,11 +211,9 @@ def test_a_locked_row_holds_back_its_own_renewal_only_and_is_journaled(db, conn)
         assert not [e for e in events(conn, other) if e["kind"] == "database_error"]
 
 
-def test_the_identity_is_checked_before_the_first_claim(db, conn, pg_server):
+def test_the_identity_is_checked_before_the_first_claim(db, conn, logins):
     from psycopg.conninfo import make_conninfo
 
-    with pg_server.admin() as admin:
-        ensure_login(admin, LOGIN, "leasectl_worker")
     enqueue(conn, "search")
     dsn = make_conninfo(db.dsn, user=LOGIN)
     with pytest.raises(PermissionDenied, match=f"may own calls only as {LOGIN} or {LOGIN}:<name>"):

@@ -21,6 +21,7 @@ import pytest
 from console.db.connect import Conn, run
 from tests.helpers import (
     FAST,
+    SLOW_30,
     approve,
     as_login,
     cancel,
@@ -28,7 +29,6 @@ from tests.helpers import (
     complete,
     confirm_cancel,
     enqueue,
-    ensure_login,
     events,
     expire_lease,
     fail,
@@ -36,31 +36,14 @@ from tests.helpers import (
     job,
     mark_terminal,
     record_event,
-    register_tool,
     report_unknown,
     start_side_effect,
     sweep,
 )
 
 W = "lc_cost_worker"
-
-
-@pytest.fixture(scope="module")
-def login(pg_server):
-    with pg_server.admin() as admin:
-        ensure_login(admin, W, "leasectl_worker")
-    return W
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", lease_seconds=30, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        register_tool(c, "pay", "mutating_unverifiable", lease_seconds=30, heartbeat_seconds=5,
-                      missed_heartbeats=2, jitter_seconds=5)
-        register_tool(c, "quick", "read_only", **FAST)
-        yield c
+LOGINS = {W: "leasectl_worker"}
+TOOLS = {"search": ("read_only", SLOW_30), "pay": ("mutating_unverifiable", SLOW_30), "quick": ("read_only", FAST)}
 
 
 def sqlstate_of(conn: Conn, statement: str, params: tuple = ()) -> str | None:
@@ -106,11 +89,11 @@ def test_a_completion_shaped_update_that_breaks_a_rule_is_refused(conn, extra, s
     assert job(conn, e["id"])["state"] == "running"
 
 
-def test_a_worker_login_still_cannot_claim_under_a_foreign_id(db, login, conn):
+def test_a_worker_login_still_cannot_claim_under_a_foreign_id(db, logins, conn):
     e = enqueue(conn, "search")
-    with as_login(db, login) as w:
+    with as_login(db, W) as w:
         assert sqlstate_of(w, CLAIM_SHAPE.format(bump=1, extra=""), ("someone-else", e["id"])) == "LCS08"
-        assert claim(w, f"{login}:w-1")["id"] == e["id"], "its own id takes the fast path"
+        assert claim(w, f"{W}:w-1")["id"] == e["id"], "its own id takes the fast path"
 
 
 def test_the_fast_paths_do_what_the_rules_did(conn):
@@ -148,19 +131,19 @@ def test_a_finished_call_is_refused_whatever_the_update_sets(conn):
     assert len(events(conn, e["id"])) == before
 
 
-def test_a_queued_call_is_not_rewritten_in_place_by_a_worker_whatever_it_sets(db, login, conn):
+def test_a_queued_call_is_not_rewritten_in_place_by_a_worker_whatever_it_sets(db, logins, conn):
     e = enqueue(conn, "search")
-    with as_login(db, login) as w:
+    with as_login(db, W) as w:
         for sets in ("heartbeat_at = now()", "lease_until = now() + interval '1 hour'", "attempt = 99"):
             assert sqlstate_of(w, f"update tool_jobs set {sets} where id = %s", (e["id"],)) == "LCS10", sets
 
 
-def test_the_payload_of_a_running_call_never_changes(db, login, conn):
+def test_the_payload_of_a_running_call_never_changes(db, logins, conn):
     """LCS05 names the payload; before 0009 the guard's WHEN clause never fired for it alone. A
     worker login has no column privilege on payload at all; the guard stops a role that has."""
     e = enqueue(conn, "search")
-    with as_login(db, login) as w:
-        claim(w, login)
+    with as_login(db, W) as w:
+        claim(w, W)
         assert sqlstate_of(w, "update tool_jobs set payload = '{\"forged\": 1}' where id = %s", (e["id"],)) == "42501"
     assert sqlstate_of(conn, "update tool_jobs set payload = '{\"forged\": 1}' where id = %s", (e["id"],)) == "LCS05"
 

@@ -25,6 +25,7 @@ from console.worker import (
 )
 from tests.helpers import (
     FAST,
+    QUICK,
     SLOW,
     claim,
     enqueue,
@@ -39,17 +40,9 @@ from tests.helpers import (
     wait_until,
 )
 
-# quick leases and beats, so that deadlines of a second or two are many heartbeats long
-QUICK = {"lease_seconds": 1.5, "heartbeat_seconds": 0.2, "missed_heartbeats": 2, "jitter_seconds": 0.3}
-
-
-@pytest.fixture
-def conn(db):
-    with db.connect() as c:
-        register_tool(c, "search", "read_only", **QUICK)
-        register_tool(c, "erp", "mutating_verifiable", **FAST)
-        register_tool(c, "steady", "read_only", **SLOW)  # no renewal during a test: a loss goes unseen
-        yield c
+# quick leases and beats for search, so that deadlines of a second or two are many heartbeats long;
+# steady: no renewal during a test, a loss goes unseen
+TOOLS = {"search": ("read_only", QUICK), "erp": ("mutating_verifiable", FAST), "steady": ("read_only", SLOW)}
 
 
 def db_now(conn) -> Any:

@@ -10,7 +10,7 @@ from console.operator.tui import pictures
 from console.operator.tui.app import LeasectlApp
 from console.operator.tui.pictures import SIZE, screen_text, settle
 from console.shared.config import SessionLimits
-from tests.helpers import FAST, SLOW, claim, enqueue, register_tool, report_unknown, start_side_effect
+from tests.helpers import SLOW, claim, enqueue, outcomes_unknown, register_tool
 
 __all__ = ["SIZE", "break_actions", "cancel_marked", "dialog_ready", "make_app", "notifications",
            "outcomes_unknown", "running_search", "screen_text", "settle"]
@@ -62,19 +62,6 @@ def running_search(conn, worker: str = "w-7") -> dict:
     e = enqueue(conn, "search")
     claim(conn, worker)
     return e
-
-
-def outcomes_unknown(conn, count: int, tool: str = "pay") -> list[dict]:
-    """`count` calls of the unverifiable tool `tool` whose side effect started and whose outcome no
-    worker knows: on triage, each waiting for an operator's approval."""
-    register_tool(conn, tool, "mutating_unverifiable", **FAST)
-    made = []
-    for n in range(count):
-        made.append(enqueue(conn, tool, f"{tool}:{n}"))
-        c = claim(conn, f"w-{n}", [tool])
-        start_side_effect(conn, c, f"w-{n}")
-        report_unknown(conn, c, f"w-{n}")
-    return made
 
 
 def break_actions(monkeypatch, message: str) -> None:

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import SLOW, claim, complete, enqueue, events, job, register_tool
+from tests.helpers import SLOW, complete, events, job, running_and_queued
 from tests.tui.conftest import SIZE, cancel_marked, dialog_ready, make_app, outcomes_unknown, screen_text, settle
 from tests.tui.test_flows import type_text
 
+TOOLS = {"search": ("read_only", SLOW)}
+
 
 @pytest.fixture
-def fleet_of_calls(db):
-    with db.connect() as conn:
-        register_tool(conn, "search", "read_only", **SLOW)
-        running = []
-        for n in range(4):
-            enqueue(conn, "search", f"s:{n}")
-            running.append(claim(conn, f"w-{n}", ["search"]))
-        queued = [enqueue(conn, "search", f"q:{n}") for n in range(2)]
-        yield db, conn, running, queued
+def fleet_of_calls(db, conn):
+    """Four running calls of `search` (each its own worker's) and two queued: (db, conn, running, queued)."""
+    return db, conn, *running_and_queued(conn, 4, 2)
 
 
 async def test_mark_all_matching_then_one_dialog_with_the_count(fleet_of_calls, monkeypatch):

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
 import pytest
 
 from console.db import reads
 from console.operator.tui.widgets.status import CRUMB_SEPARATOR
 from console.shared.config import SessionLimits
-from tests.helpers import FAST, claim, enqueue, events, job, register_tool, report_unknown, start_side_effect
+from tests.helpers import FAST, SLOW, claim, enqueue, events, job, report_unknown, start_side_effect
 from tests.netproxy import DbProxy
-from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, screen_text, settle
+from tests.tui.conftest import SIZE, dialog_ready, make_app, notifications, running_search, screen_text, settle
 
-
-@pytest.fixture
-def live(db):
-    """A database with calls made by the protocol itself (real time, real leases)."""
-    with db.connect() as conn:
-        register_tool(conn, "search", "read_only", lease_seconds=60, heartbeat_seconds=5, missed_heartbeats=2,
-                      jitter_seconds=5)
-        register_tool(conn, "pay", "mutating_unverifiable", **FAST)
-        yield db, conn
+# the tests make their calls by the protocol itself (real time, real leases)
+TOOLS = {"search": ("read_only", SLOW), "pay": ("mutating_unverifiable", FAST)}
 
 
 async def open_call(pilot, short_id: str) -> None:
@@ -33,9 +30,33 @@ async def open_call(pilot, short_id: str) -> None:
     await settle(pilot, lambda: short_id in screen_text(pilot.app) and "· 1 call" in screen_text(pilot.app))
 
 
+@asynccontextmanager
+async def on_call(app, call: dict) -> AsyncIterator[Any]:
+    """The console running, on the calls list filtered down to `call`: its pilot."""
+    async with app.run_test(size=SIZE) as pilot:
+        await open_call(pilot, str(call["id"])[:8])
+        yield pilot
+
+
 async def type_text(pilot, text: str) -> None:
     for ch in text:
         await pilot.press("space" if ch == " " else ch)
+
+
+async def cancel_dialog(pilot, short: str) -> None:
+    """Open the call `short` and its Cancel dialog, armed."""
+    await open_call(pilot, short)
+    await pilot.press("c")
+    await dialog_ready(pilot, "What will change")
+
+
+async def mark_terminal_dialog(pilot, short: str, reason: str | None = None) -> None:
+    """Open the call `short` and its Mark terminal dialog, armed; `reason` typed in if given."""
+    await open_call(pilot, short)
+    await pilot.press("t")
+    await dialog_ready(pilot, "Mark terminal call")
+    if reason is not None:
+        await type_text(pilot, reason)
 
 
 async def choose(pilot, option: str) -> None:
@@ -52,15 +73,11 @@ async def choose(pilot, option: str) -> None:
     assert str(select.value) == option, select.value
 
 
-async def test_cancel_applied_says_requested_not_stopped_and_is_journaled(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_cancel_applied_says_requested_not_stopped_and_is_journaled(db, conn):
+    e = running_search(conn)
     app = make_app(db.dsn, operator="dana")
     async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
-        await pilot.press("c")
-        await dialog_ready(pilot, "What will change")
+        await cancel_dialog(pilot, str(e["id"])[:8])
         text = screen_text(app)
         assert "does NOT stop it" in text and "queries/operator/request_cancel.sql" in text
         assert "with fencing token 1" in text
@@ -73,15 +90,11 @@ async def test_cancel_applied_says_requested_not_stopped_and_is_journaled(live):
     assert journal[0]["actor"] == "dana" and journal[0]["reason"] == "user closed the chat"
 
 
-async def test_empty_reason_and_escape_change_nothing(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_empty_reason_and_escape_change_nothing(db, conn):
+    e = running_search(conn)
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
-        await pilot.press("c")
-        await dialog_ready(pilot, "What will change")
+        await cancel_dialog(pilot, str(e["id"])[:8])
         await pilot.press("enter")
         await settle(pilot, lambda: "A reason is required" in screen_text(app))
         await type_text(pilot, "never mind")
@@ -91,15 +104,11 @@ async def test_empty_reason_and_escape_change_nothing(live):
     assert not [ev for ev in events(conn, e["id"]) if ev["kind"].startswith("operator_")]
 
 
-async def test_refused_on_stale_token_shows_what_is_true_now(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_refused_on_stale_token_shows_what_is_true_now(db, conn):
+    e = running_search(conn)
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
-        await pilot.press("t")
-        await dialog_ready(pilot, "Mark terminal call")
+        await mark_terminal_dialog(pilot, str(e["id"])[:8])
         # meanwhile an operator elsewhere fences the owner out: the token moves on
         from tests.helpers import mark_terminal
 
@@ -118,13 +127,11 @@ async def test_refused_on_stale_token_shows_what_is_true_now(live):
     assert outcomes == ["refused"], "the refusal is journaled too"
 
 
-async def test_mark_terminal_forced_fences_the_owner(live):
-    db, conn = live
+async def test_mark_terminal_forced_fences_the_owner(db, conn):
     e = enqueue(conn, "search")
     c = claim(conn, "w-7")
     app = make_app(db.dsn)
-    async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
+    async with on_call(app, e) as pilot:
         await pilot.press("t")
         await dialog_ready(pilot, "force: fence the owner out")
         assert "holds a live" in screen_text(app)
@@ -144,8 +151,7 @@ async def test_mark_terminal_forced_fences_the_owner(live):
     assert job(conn, e["id"])["state"] == "failed"
 
 
-async def test_approve_unverifiable_needs_the_id_typed_back(live):
-    db, conn = live
+async def test_approve_unverifiable_needs_the_id_typed_back(db, conn):
     e = enqueue(conn, "pay", agent_id="billing-agent")
     c = claim(conn, "w-pay")
     start_side_effect(conn, c, "w-pay", "psp-1")
@@ -174,13 +180,10 @@ async def test_approve_unverifiable_needs_the_id_typed_back(live):
     assert final["state"] == "queued" and final["retry_approved_by"] == "ana"
 
 
-async def test_read_only_console_refuses_actions_and_says_so(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_read_only_console_refuses_actions_and_says_so(db, conn):
+    e = running_search(conn)
     app = make_app(db.dsn, read_only=True)
-    async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
+    async with on_call(app, e) as pilot:
         assert "READ-ONLY" in screen_text(app)
         await pilot.press("c")
         await settle(pilot, lambda: "Read-only console" in notifications(app))
@@ -192,14 +195,11 @@ async def test_read_only_console_refuses_actions_and_says_so(live):
     assert job(conn, e["id"])["state"] == "running"
 
 
-async def test_lock_timeout_is_reported_as_such_and_journaled(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_lock_timeout_is_reported_as_such_and_journaled(db, conn):
+    e = running_search(conn)
     app = make_app(db.dsn, limits=SessionLimits(statement_timeout_ms=5000, lock_timeout_ms=300,
                                                 idle_in_transaction_ms=10_000))
-    async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
+    async with on_call(app, e) as pilot:
         holder = db.connect(autocommit=False)
         holder.execute("update tool_jobs set heartbeat_at = now() where id = %s", (e["id"],))
         try:
@@ -217,15 +217,13 @@ async def test_lock_timeout_is_reported_as_such_and_journaled(live):
     assert failed and failed[0]["details"]["action"] == "cancel"
 
 
-async def test_untrusted_text_is_shown_as_text(live):
-    db, conn = live
+async def test_untrusted_text_is_shown_as_text(db, conn):
     evil = "[bold red]PWNED[/] \x1b[31mred\x1b[0m \x07bell"
     e = enqueue(conn, "search", "k:[b]x[/b]", payload={"note": evil}, agent_id="[link=http://x]a[/link]")
     conn.execute("select 1")
     claim(conn, "[red]w[/]")
     app = make_app(db.dsn)
-    async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
+    async with on_call(app, e) as pilot:
         text = screen_text(app)
         assert "[red]w[/]" in text, "markup in an owner name is shown, not applied"
         await pilot.press("enter")
@@ -239,15 +237,12 @@ async def test_untrusted_text_is_shown_as_text(live):
         assert "[link=http://x]a[/link]" in text
 
 
-async def test_dead_database_banner_disables_actions_and_recovers(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_dead_database_banner_disables_actions_and_recovers(db, conn):
+    e = running_search(conn)
     proxy = DbProxy(db.dsn)
     app = make_app(proxy.dsn, poll=0.5)
     try:
-        async with app.run_test(size=SIZE) as pilot:
-            await open_call(pilot, str(e["id"])[:8])
+        async with on_call(app, e) as pilot:
             proxy.cut()
             await settle(pilot, lambda: "DATABASE UNREACHABLE" in screen_text(app), timeout=15)
             assert str(e["id"])[:8] in screen_text(app), "the last good data stays on screen"
@@ -262,7 +257,7 @@ async def test_dead_database_banner_disables_actions_and_recovers(live):
         proxy.close()
 
 
-async def test_notify_wakes_the_screen_long_before_the_next_poll(live):
+async def test_notify_wakes_the_screen_long_before_the_next_poll(db, conn):
     """A NOTABLE change (an operator's cancel of a running call) is announced at once (migration
     0009: plain claims, completions and enqueues wait for the poll)."""
     import time
@@ -270,7 +265,6 @@ async def test_notify_wakes_the_screen_long_before_the_next_poll(live):
     from console.operator.tui.widgets.calltable import CallTable
     from tests.helpers import cancel
 
-    db, conn = live
     e = enqueue(conn, "search", "notify-me")
     c = claim(conn, "w-1")
     key = str(e["id"])
@@ -290,8 +284,7 @@ async def test_notify_wakes_the_screen_long_before_the_next_poll(live):
         assert took < 2.0, f"the change reached the screen in {took:.2f}s with a 60 s poll interval"
 
 
-async def test_detail_shows_timeline_and_operator_actions(live):
-    db, conn = live
+async def test_detail_shows_timeline_and_operator_actions(db, conn):
     e = enqueue(conn, "search", "report:9:stage:1")
     enqueue(conn, "search", "report:9:stage:2")
     claim(conn, "w-1")
@@ -299,8 +292,7 @@ async def test_detail_shows_timeline_and_operator_actions(live):
 
     cancel(conn, e["id"], "running", 99, operator="zoe", reason="oops stale")
     app = make_app(db.dsn)
-    async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, str(e["id"])[:8])
+    async with on_call(app, e) as pilot:
         await pilot.press("enter")
         await settle(pilot, lambda: "ownership" in screen_text(app))
         text = screen_text(app)
@@ -311,14 +303,11 @@ async def test_detail_shows_timeline_and_operator_actions(live):
         await settle(pilot, lambda: "ownership" not in screen_text(app))
 
 
-async def test_header_names_the_open_call_and_keeps_ticking_under_a_dialog(live):
-    db, conn = live
-    e = enqueue(conn, "search")
-    claim(conn, "w-7")
+async def test_header_names_the_open_call_and_keeps_ticking_under_a_dialog(db, conn):
+    e = running_search(conn)
     short = str(e["id"])[:8]
     app = make_app(db.dsn, operator="dana")
-    async with app.run_test(size=SIZE) as pilot:
-        await open_call(pilot, short)
+    async with on_call(app, e) as pilot:
         await pilot.press("enter")
         await settle(pilot, lambda: f"2 Calls{CRUMB_SEPARATOR}call {short}" in screen_text(app))
         await pilot.press("c")

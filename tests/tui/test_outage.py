@@ -14,8 +14,7 @@ import time
 from tests.helpers import events, job
 from tests.netproxy import DbProxy
 from tests.tui.conftest import SIZE, make_app, running_search, screen_text, settle
-from tests.tui.test_flows import type_text
-from tests.tui.test_polish import cancel_dialog
+from tests.tui.test_flows import cancel_dialog, type_text
 
 
 class SilentProxy(DbProxy):

@@ -24,14 +24,13 @@ from tests.tui.conftest import (
     SIZE,
     break_actions,
     cancel_marked,
-    dialog_ready,
     make_app,
     notifications,
     running_search,
     screen_text,
     settle,
 )
-from tests.tui.test_flows import open_call, type_text
+from tests.tui.test_flows import cancel_dialog, mark_terminal_dialog, type_text
 
 
 @pytest.fixture
@@ -40,20 +39,6 @@ def running(db):
     with db.connect() as conn:
         e = running_search(conn)
         yield db, conn, str(e["id"])[:8]
-
-
-async def cancel_dialog(pilot, short: str) -> None:
-    await open_call(pilot, short)
-    await pilot.press("c")
-    await dialog_ready(pilot, "What will change")
-
-
-async def mark_terminal_dialog(pilot, short: str, reason: str | None = None) -> None:
-    await open_call(pilot, short)
-    await pilot.press("t")
-    await dialog_ready(pilot, "Mark terminal call")
-    if reason is not None:
-        await type_text(pilot, reason)
 
 
 # ----------------------------------------------------------------------------- 1. the state select
