@@ -9,7 +9,8 @@
 --   a cancel reaches  once any call of a chain has a cancel request, none of its calls is
 --   the chain         claimed, reclaimed or requeued again (LCS13): no later stage, no retry.
 --   deadlines bound   a lease never runs past the call's deadline (check constraint
---   leases            tool_jobs_lease_within_deadline: claim and heartbeat cap it; a hand-written
+--   leases            tool_jobs_lease_within_deadline, since 0015 part of tool_jobs_lease_bounded:
+--                     claim and heartbeat cap it; a hand-written
 --                     renewal past it is refused, 23514). tools.min_time_left_seconds: a call
 --                     with less time left than that is not started (claim.sql; the sweep ends it
 --                     saying so).
@@ -37,16 +38,21 @@ comment on column public.tools.min_time_left_seconds is
     'a call with less time than this left before its deadline is not started (nor retried)';
 comment on column public.tools.service is 'the external service the tool calls (a metrics grouping)';
 
+-- Their rules are the guards', not CHECK constraints: a CHECK is prepared again for every
+-- statement that writes the table (each claim, completion and heartbeat), a guard's tests once per
+-- session, and they run only when a column they judge is written. The chain and stage are set by
+-- tool_jobs_chain_insert and never change; a trace id is judged there; a check by the one guard of
+-- every change (migrations/0015_trust_third_walk.sql).
 alter table public.tool_jobs
     add column parent_id uuid,
     add column chain_id uuid,
-    add column stage integer not null default 0 check (stage >= 0),
+    add column stage integer not null default 0,
     add column priority smallint not null default 0,
     add column accepted_at timestamptz,
-    add column trace_id text check (trace_id ~ '^[0-9a-f]{32}$' and trace_id <> repeat('0', 32)),
+    add column trace_id text,
     -- (finite, as every time of a call: 0013's tool_jobs_finite_times)
     add column checked_at timestamptz,
-    add column check_found text check (check_found in ('done', 'not_done', 'unknown')),
+    add column check_found text,
     add column check_token bigint,
     add column check_details jsonb;
 
@@ -58,12 +64,13 @@ alter table public.tool_jobs enable trigger tool_jobs_guard_settled;
 alter table public.tool_jobs
     alter column chain_id set not null,
     alter column accepted_at set not null,
-    alter column accepted_at set default now(),
-    add constraint tool_jobs_accepted_finite check (isfinite(accepted_at));
+    alter column accepted_at set default now();
 
-create index tool_jobs_chain on public.tool_jobs (chain_id, stage);
--- the later stages only (most calls are chains of one): where the Chains screen finds chains
-create index tool_jobs_later_stages on public.tool_jobs (chain_id) where stage > 0;
+-- A chain is its first call (id = chain_id, stage 0: the primary key finds it) and its later
+-- stages, which only this index holds (most calls are chains of one, so it stays small, and the
+-- claim and the completion of a lone call, both non-HOT updates, add nothing to it): where the
+-- Chains screen finds chains and a chain's story its calls (queries/views/chain.sql).
+create index tool_jobs_later_stages on public.tool_jobs (chain_id, stage) where stage > 0;
 -- small: only calls that were ever asked to stop; what "does this chain have a cancel?" reads
 create index tool_jobs_chain_cancelled on public.tool_jobs (chain_id) where cancel_requested_at is not null;
 
@@ -121,6 +128,11 @@ begin
     -- accepted upstream, never later than now nor more than a day before: a future time would hide
     -- a queue wait, an ancient one would break every wait computed from it
     new.accepted_at := greatest(least(coalesce(new.accepted_at, now()), now()), now() - interval '1 day');
+    -- a W3C trace id (trace-context: 32 lowercase hex digits, not all zero), or none
+    if new.trace_id !~ '^[0-9a-f]{32}$' or new.trace_id = repeat('0', 32) then
+        raise exception 'trace id % is not a W3C trace id (32 lowercase hex digits, not all zero)', new.trace_id
+            using errcode = 'check_violation', constraint = 'tool_jobs_trace_id_check';
+    end if;
     -- nobody's decision comes with a new call
     new.retry_approved_reason := null;
     new.cancel_requested_reason := null;
@@ -163,147 +175,14 @@ create trigger tool_jobs_chain_insert
 
 -- ---------------------------------------------------------------------------------------
 -- A change: chain membership never changes; a cancelled chain starts nothing again; a check is
--- its owner's, now; a verifiable request is checked before it is repeated. It runs before the
--- state guard (tool_jobs_guard_update: the names sort), which still judges every transition.
-
-create function public.leasectl_chain_guard() returns trigger
-language plpgsql set search_path = pg_catalog, public, pg_temp as $$
-declare
-    v_side_effect text;
-begin
-    if new.parent_id is distinct from old.parent_id or new.chain_id <> old.chain_id or new.stage <> old.stage
-       or new.accepted_at <> old.accepted_at or new.trace_id is distinct from old.trace_id then
-        raise exception 'the chain, stage, acceptance time and trace of call % never change', old.id
-            using errcode = 'LCS05';
-    end if;
-
-    -- a grant (claim or reclaim) or a return to the queue: not in a chain asked to stop
-    if (new.state = 'running' and (old.state <> 'running' or new.fencing_token <> old.fencing_token))
-       or (new.state = 'queued' and old.state <> 'queued') then
-        -- judged on what is committed now: a worker's claim or requeue comes from a read committed
-        -- transaction, within seconds of its start, even inside one long statement (LCS12)
-        if public.leasectl_stale_worker_transaction() then
-            raise exception 'call % is claimed or requeued from a read committed transaction of its own, not one begun at %',
-                old.id, now() using errcode = 'LCS12';
-        end if;
-        if public.leasectl_chain_cancelled(new.chain_id) then
-            raise exception 'chain % of call % has a cancel request: none of its calls starts or is retried',
-                new.chain_id, old.id using errcode = 'LCS13';
-        end if;
-    end if;
-
-    -- a cancel request stands: who asked, when and why are never rewritten or erased
-    if old.cancel_requested_at is not null and new.cancel_requested_at is distinct from old.cancel_requested_at then
-        raise exception 'call % was asked to stop at %: the request stands', old.id, old.cancel_requested_at
-            using errcode = 'LCS13';
-    end if;
-
-    -- a check: by the owner of a live lease, under its token, dated now
-    if new.checked_at is distinct from old.checked_at or new.check_found is distinct from old.check_found
-       or new.check_token is distinct from old.check_token or new.check_details is distinct from old.check_details then
-        if old.state not in ('running', 'cancel_requested') or old.lease_until is null or old.lease_until <= now()
-           or new.owner_id is distinct from old.owner_id or new.fencing_token <> old.fencing_token
-           or new.check_token is distinct from old.fencing_token or new.check_found is null then
-            raise exception 'a check of call % is recorded by its owner, under its current token, while its lease is live',
-                old.id using errcode = 'LCS14';
-        end if;
-        if not public.leasectl_is_exempt() and public.leasectl_binds_worker_identity()
-           and not public.leasectl_worker_id_bound(old.owner_id) then
-            raise exception 'call % is not yours to check', old.id using errcode = 'LCS14';
-        end if;
-        if new.side_effect_started_at is distinct from old.side_effect_started_at then
-            raise exception 'call %: a check and a start are two statements (the check is journaled first)', old.id
-                using errcode = 'LCS14';
-        end if;
-        new.checked_at := now();
-        -- nobody can say whether it happened: a human decides, and the statement says so itself
-        -- (the state is in its SET list, so the journal records the move: record_check.sql)
-        if new.check_found = 'unknown' and (new.state <> 'outcome_unknown' or new.lease_until is not null) then
-            raise exception 'call %: a check that found unknown moves the call to outcome_unknown with no lease, in the same statement',
-                old.id using errcode = 'LCS14';
-        end if;
-    end if;
-
-    -- an unverifiable request is sent at most once without a human (docs/seeds.md §004.8): the
-    -- approved retry clears the mark (leasectl_approve_retry), nothing else lets a second one out
-    if new.side_effect_started_at is not null and old.side_effect_started_at is not null
-       and new.side_effect_started_at is distinct from old.side_effect_started_at then
-        select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
-        if v_side_effect = 'mutating_unverifiable' then
-            raise exception 'call % already sent its unverifiable request %: only a human''s approved retry sends another',
-                old.id, old.external_request_id using errcode = 'LCS07';
-        end if;
-    end if;
-    -- a new start while an earlier request is on the call
-    if new.side_effect_started_at is not null
-       and new.side_effect_started_at is distinct from old.side_effect_started_at
-       and (old.external_request_id is not null or old.side_effect_started_at is not null) then
-        select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
-        if v_side_effect = 'mutating_verifiable'
-           and not coalesce(old.check_found = 'not_done' and old.check_token = old.fencing_token, false) then
-            raise exception 'call % carries request %: ask the service first (worker/record_check.sql), then start again',
-                old.id, old.external_request_id using errcode = 'LCS14';
-        end if;
-    end if;
-    -- a start sends a new request: the check that allowed it is spent (the journal keeps it)
-    if new.side_effect_started_at is not null and new.side_effect_started_at is distinct from old.side_effect_started_at then
-        new.check_found := null;
-        new.check_token := null;
-        new.checked_at := null;
-        new.check_details := null;
-    end if;
-    return new;
-end $$;
-
-create trigger tool_jobs_chain_guard
-    before update of state, fencing_token, parent_id, chain_id, stage, accepted_at, trace_id,
-                     cancel_requested_at, side_effect_started_at, checked_at, check_found, check_token,
-                     check_details
-    on public.tool_jobs
-    for each row
-    execute function public.leasectl_chain_guard();
+-- its owner's, now; a verifiable request is checked before it is repeated; a verifiable request
+-- that went out and was never checked does not end failed or cancelled (outcome_unknown). These
+-- rules are in the one guard of every change, leasectl_tool_jobs_guard, with the state's rules
+-- (migrations/0015_trust_third_walk.sql).
 
 -- ---------------------------------------------------------------------------------------
--- A verifiable request that went out and was never checked is not "not done": failed or
--- cancelled becomes outcome_unknown. It runs after the state guard (the names sort), which has
--- judged the transition the client asked for; this only turns an ending into a human's question.
-
-create function public.leasectl_unchecked_request_end() returns trigger
-language plpgsql set search_path = pg_catalog, public, pg_temp as $$
-declare
-    v_side_effect text;
-begin
-    select t.side_effect into v_side_effect from public.tools t where t.name = old.tool;
-    if v_side_effect is distinct from 'mutating_verifiable'
-       or coalesce(old.check_found = 'not_done', false) then
-        return new;
-    end if;
-    -- an operator's mark-terminal is a human's decision on the record (journaled just before)
-    if exists (select 1 from public.job_events e
-               where e.job_id = old.id and e.kind = 'operator_mark_terminal' and e.at = now()
-                 and e.state_to = new.state and e.details ->> 'outcome' = 'applied') then
-        return new;
-    end if;
-    new.error := coalesce(new.error, '{}'::jsonb) || jsonb_build_object(
-        'unchecked_request', old.external_request_id,
-        'would_have_ended', new.state,
-        'because', coalesce(new.terminal_reason, 'no reason given'));
-    new.state := 'outcome_unknown';
-    new.finished_at := null;
-    new.lease_until := null;
-    new.terminal_reason := null;
-    return new;
-end $$;
-
-create trigger tool_jobs_unchecked_request_end
-    before update of state on public.tool_jobs
-    for each row
-    when (new.state in ('failed', 'cancelled') and old.state in ('queued', 'running', 'cancel_requested')
-          and old.side_effect_started_at is not null)
-    execute function public.leasectl_unchecked_request_end();
-
--- ---------------------------------------------------------------------------------------
--- The check's journal row, and nobody else's: side_effect_checked is the database's kind.
+-- The check's journal row, and nobody else's: side_effect_checked is the database's kind (the
+-- journal's guard refuses it from anyone else: migrations/0015_trust_third_walk.sql).
 
 create function public.leasectl_journal_check() returns trigger
 language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
@@ -327,22 +206,6 @@ create trigger tool_jobs_journal_check
           is distinct from (old.checked_at, old.check_found, old.check_token, old.check_details)
           and new.check_found is not null)
     execute function public.leasectl_journal_check();
-
-create function public.leasectl_job_events_check_kind() returns trigger
-language plpgsql set search_path = pg_catalog, public, pg_temp as $$
-begin
-    if not public.leasectl_is_exempt() then
-        raise exception 'event kind side_effect_checked is written by the database itself (worker/record_check.sql)'
-            using errcode = 'LCH02';
-    end if;
-    return new;
-end $$;
-
-create trigger job_events_check_kind
-    before insert on public.job_events
-    for each row
-    when (new.kind = 'side_effect_checked')
-    execute function public.leasectl_job_events_check_kind();
 
 -- ---------------------------------------------------------------------------------------
 -- Enqueue with the chain's parameters; the eight-parameter form stays for workers not upgraded.

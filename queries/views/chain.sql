@@ -19,7 +19,8 @@ select c.id, c.parent_id, c.chain_id, c.stage, c.tool, c.idempotency_key, c.stat
        count(*) over () as calls,
        leasectl_now() as db_now
 from me
-join tool_jobs c on c.chain_id = me.chain_id
+-- the first call by its id, the later stages from tool_jobs_later_stages (migrations/0014_chains.sql)
+join tool_jobs c on c.id = me.chain_id or (c.chain_id = me.chain_id and c.stage > 0)
 cross join lateral (
     select min(e.at) filter (where e.kind in ('claimed', 'reclaimed')) as started_at,
            max(e.at) filter (where e.state_from in ('running', 'cancel_requested')

@@ -27,7 +27,7 @@ with heads as materialized (
      limit :limit::integer)
 )
 select hd.id as chain_id, hd.created_at,
-       (select count(*) from tool_jobs c where c.chain_id = hd.id) as calls,
+       (select count(*) from tool_jobs c where c.id = hd.id or (c.chain_id = hd.id and c.stage > 0)) as calls,
        s.stages,
        leasectl_now() as db_now
 from heads hd
@@ -41,7 +41,8 @@ cross join lateral (
                'left_running_at', h.left_running_at)
                order by c.stage, c.created_at, c.id), '[]'::jsonb) as stages
     from (select * from tool_jobs c
-          where c.chain_id = hd.id
+          -- the first call by its id, the later stages from tool_jobs_later_stages
+          where c.id = hd.id or (c.chain_id = hd.id and c.stage > 0)
           order by c.stage, c.created_at, c.id
           limit 100) c
     cross join lateral (
