@@ -497,10 +497,13 @@ def test_export_ended_by_sigterm_says_so_and_leaves_no_partial_file(cli, db, tmp
         target = tmp_path / f"{sig.name}.jsonl"
         # from a terminal: the hang-up at its default, even when the test run itself was started under
         # nohup (it would hand its ignored SIGHUP down, the case the end of this test checks)
-        proc = subprocess.Popen([sys.executable, "-m", "console", "audit", "export", "--dsn", db.dsn, "--output",
-                                 str(target)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, "COLUMNS": "200"},
-                                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+        inherited = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "console", "audit", "export", "--dsn", db.dsn,
+                                     "--output", str(target)], cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"})
+        finally:
+            signal.signal(signal.SIGHUP, inherited)
         deadline = time.monotonic() + 60
         while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -73,15 +73,20 @@ def test_a_claim_under_an_overlong_owner_name_is_refused(db, conn, logins):
     assert conn.execute("select count(*) as n from tool_jobs where state = 'queued'").fetchone()["n"] == 1
 
 
-def test_a_check_finds_done_not_done_or_unknown(db, conn, logins):
+def test_a_check_finds_done_not_done_or_unknown_and_journals_at_most_64_kib(db, conn, logins):
     register_tool(conn, "erp", "mutating_verifiable", **SLOW)
     enqueue(conn, "erp")
     with as_login(db, W) as w:
         held = claim(w, W, ["erp"])
         assert held is not None
-        refused = sqlstate(w, "update tool_jobs set check_found = 'maybe', check_token = fencing_token "
-                              "where id = %s", (held["id"],))
-    assert refused == ("23514", "tool_jobs_check_found_check")
+        found_maybe = sqlstate(w, "update tool_jobs set check_found = 'maybe', check_token = fencing_token "
+                                  "where id = %s", (held["id"],))
+        said_too_much = sqlstate(w, "update tool_jobs set check_found = 'not_done', check_token = fencing_token, "
+                                    "check_details = jsonb_build_object('said', repeat('x', 70000) "
+                                    "|| md5(random()::text)) where id = %s", (held["id"],))
+    assert found_maybe == ("23514", "tool_jobs_check_found_check")
+    assert said_too_much == ("23514", "job_events_details_bounded")
+    assert conn.execute("select count(*) as n from job_events where kind = 'side_effect_checked'").fetchone()["n"] == 0
 
 
 def test_an_ending_before_the_call_was_made_or_with_an_endless_reason_is_refused(conn):
@@ -116,18 +121,6 @@ def test_no_time_of_a_call_moves_to_infinity(db, conn, logins):
     row = conn.execute("select deadline_at, cancel_requested_at, lease_until > now() as leased from tool_jobs "
                        "where id = %s", (held["id"],)).fetchone()
     assert row["deadline_at"] is None and row["cancel_requested_at"] is None and row["leased"]
-
-
-def test_what_a_check_journals_stays_within_64_kib(db, conn, logins):
-    register_tool(conn, "erp", "mutating_verifiable", **SLOW)
-    enqueue(conn, "erp")
-    with as_login(db, W) as w:
-        held = claim(w, W, ["erp"])
-        assert held is not None
-        refused = sqlstate(w, "update tool_jobs set check_found = 'not_done', check_token = fencing_token, "
-                              "check_details = jsonb_build_object('said', repeat('x', 70000) || md5(random()::text)) "
-                              "where id = %s", (held["id"],))
-    assert refused == ("23514", "job_events_details_bounded")
 
 
 def test_a_new_call_keeps_its_names_and_times_within_bounds(conn):
