@@ -82,7 +82,8 @@ alter table public.grants
     add constraint grants_resource_bounded check (length(resource) <= 1000 and length(kind) <= 100) not valid;
 
 alter table public.fleet_events
-    add constraint fleet_events_details_bounded check (pg_column_size(details) <= 65536) not valid,
+    -- as text: pg_column_size counts a value read from a table at its compressed size
+    add constraint fleet_events_details_bounded check (octet_length(details::text) <= 65536) not valid,
     add constraint fleet_events_actor_bounded check (length(actor) <= 200) not valid;
 
 -- A journal row's actor stays within 200 characters (a check: the journal's own rows name who
@@ -231,8 +232,11 @@ begin
             end if;
         end if;
 
-        -- a cancel request stands: who asked, when and why are never rewritten or erased
-        if old.cancel_requested_at is not null and new.cancel_requested_at is distinct from old.cancel_requested_at then
+        -- a cancel request stands: who asked, when and why are never rewritten or erased (0015: the
+        -- who and the why too, which the control plane's login may write)
+        if old.cancel_requested_at is not null
+           and (new.cancel_requested_at, new.cancel_requested_by, new.cancel_requested_reason)
+               is distinct from (old.cancel_requested_at, old.cancel_requested_by, old.cancel_requested_reason) then
             raise exception 'call % was asked to stop at %: the request stands', old.id, old.cancel_requested_at
                 using errcode = 'LCS13';
         end if;
@@ -244,9 +248,11 @@ begin
                 raise exception 'a check finds done, not_done or unknown, not %', new.check_found
                     using errcode = 'check_violation', constraint = 'tool_jobs_check_found_check';
             end if;
-            -- what the service said is journaled with the check: within the journal's 64 KiB
-            if pg_column_size(new.check_details) > 65536 then
-                raise exception 'what the service said stays within 64 KiB' using errcode = 'check_violation',
+            -- what the service said is journaled with the check: within 60 KiB, so that its journal
+            -- row stays within the journal's 64 KiB. Measured as text: pg_column_size would count a
+            -- value read from a table at its compressed size (5 MB of one letter measure 57 KB)
+            if octet_length(new.check_details::text) > 61440 then
+                raise exception 'what the service said stays within 60 KiB' using errcode = 'check_violation',
                     constraint = 'job_events_details_bounded';
             end if;
             if old.state not in ('running', 'cancel_requested') or old.lease_until is null or old.lease_until <= now()
@@ -656,7 +662,7 @@ create trigger tool_jobs_guard_update
                      accepted_at, trace_id, cancel_requested_at, side_effect_started_at, checked_at,
                      check_found, check_token, check_details, completed_despite_cancel, terminal_reason,
                      claimed_at, result, external_request_id, error, agent_id, session_id,
-                     deadline_at, retry_approved_at
+                     deadline_at, retry_approved_at, cancel_requested_by, cancel_requested_reason
     on public.tool_jobs
     for each row
     execute function public.leasectl_tool_jobs_guard();
@@ -673,8 +679,9 @@ begin
     if current_user = public.leasectl_schema_owner() then
         return new;
     end if;
-    -- (0015) a row's details stay within 64 KiB
-    if pg_column_size(new.details) > 65536 then
+    -- (0015) a row's details stay within 64 KiB, as text (pg_column_size would count a value read
+    -- from a table at its compressed size)
+    if octet_length(new.details::text) > 65536 then
         raise exception 'the details of a journal row stay within 64 KiB' using errcode = 'check_violation',
             constraint = 'job_events_details_bounded';
     end if;
@@ -753,7 +760,7 @@ begin
         raise exception 'an operator''s name holds a letter or a digit' using errcode = 'check_violation',
             constraint = 'job_events_operator_named';
     end if;
-    if pg_column_size(p_details) > 65536 then
+    if octet_length(p_details::text) > 65536 then
         raise exception 'the details of a journal row stay within 64 KiB' using errcode = 'check_violation',
             constraint = 'job_events_details_bounded';
     end if;

@@ -326,3 +326,15 @@ def js(result: Any) -> Any:
     """What a command that succeeded printed, as JSON."""
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+def refusal(conn: Conn, statement: str, params: tuple = ()) -> tuple[str | None, str | None]:
+    """The SQLSTATE and the constraint named by the database's refusal of `statement` ((None, None):
+    it went through)."""
+    import psycopg
+
+    try:
+        conn.execute(statement, params)
+    except psycopg.Error as exc:
+        return exc.sqlstate, exc.diag.constraint_name
+    return None, None

@@ -4,10 +4,8 @@ moved from check constraints into the guards still refuse with SQLSTATE 23514.""
 
 from __future__ import annotations
 
-import psycopg
-
 from console.db.connect import Conn
-from tests.helpers import SLOW, as_login, claim, complete, enqueue, heartbeat, register_tool
+from tests.helpers import SLOW, as_login, claim, complete, enqueue, heartbeat, refusal, register_tool
 
 W, SUPERVISOR = "lc_guard_w1", "lc_guard_sup"
 LOGINS = {W: "leasectl_worker", SUPERVISOR: "leasectl_supervisor"}
@@ -44,28 +42,21 @@ def test_a_claim_and_a_completion_run_one_guard_each_and_a_heartbeat_none(conn):
     assert row["state"] == "succeeded" and row["dated"]
 
 
-def sqlstate(conn: Conn, statement: str, params: tuple = ()) -> tuple[str | None, str | None]:
-    try:
-        conn.execute(statement, params)
-    except psycopg.Error as exc:
-        return exc.sqlstate, exc.diag.constraint_name
-    return None, None
-
 
 def test_a_malformed_trace_id_is_refused_at_enqueue(conn):
-    refused = sqlstate(conn, "insert into tool_jobs (idempotency_key, payload, tool, trace_id) "
+    refused = refusal(conn, "insert into tool_jobs (idempotency_key, payload, tool, trace_id) "
                              "values ('t-1', '{}', 'search', 'not-a-trace')")
     assert refused == ("23514", "tool_jobs_trace_id_check")
-    assert sqlstate(conn, "insert into tool_jobs (idempotency_key, payload, tool, trace_id) "
+    assert refusal(conn, "insert into tool_jobs (idempotency_key, payload, tool, trace_id) "
                           "values ('t-2', '{}', 'search', repeat('0', 32))") == ("23514", "tool_jobs_trace_id_check")
-    assert sqlstate(conn, "insert into tool_jobs (idempotency_key, payload, tool, trace_id) "
+    assert refusal(conn, "insert into tool_jobs (idempotency_key, payload, tool, trace_id) "
                           "values ('t-3', '{}', 'search', repeat('ab', 16))") == (None, None)
 
 
 def test_a_claim_under_an_overlong_owner_name_is_refused(db, conn, logins):
     enqueue(conn, "search")
     with as_login(db, W) as w:
-        refused = sqlstate(w, "update tool_jobs set state = 'running', owner_id = %s, "
+        refused = refusal(w, "update tool_jobs set state = 'running', owner_id = %s, "
                               "fencing_token = fencing_token + 1, attempt = attempt + 1, "
                               "lease_until = now() + interval '1 minute' "
                               "where state = 'queued'", (W + ":" + "x" * 300,))
@@ -79,9 +70,9 @@ def test_a_check_finds_done_not_done_or_unknown_and_journals_at_most_64_kib(db, 
     with as_login(db, W) as w:
         held = claim(w, W, ["erp"])
         assert held is not None
-        found_maybe = sqlstate(w, "update tool_jobs set check_found = 'maybe', check_token = fencing_token "
+        found_maybe = refusal(w, "update tool_jobs set check_found = 'maybe', check_token = fencing_token "
                                   "where id = %s", (held["id"],))
-        said_too_much = sqlstate(w, "update tool_jobs set check_found = 'not_done', check_token = fencing_token, "
+        said_too_much = refusal(w, "update tool_jobs set check_found = 'not_done', check_token = fencing_token, "
                                     "check_details = jsonb_build_object('said', repeat('x', 70000) "
                                     "|| md5(random()::text)) where id = %s", (held["id"],))
     assert found_maybe == ("23514", "tool_jobs_check_found_check")
@@ -94,9 +85,9 @@ def test_an_ending_before_the_call_was_made_or_with_an_endless_reason_is_refused
     enqueue(conn, "search")
     held = claim(conn, "w-1", ["search"])
     assert held is not None
-    assert sqlstate(conn, "update tool_jobs set state = 'succeeded', finished_at = '2000-01-01' where id = %s",
+    assert refusal(conn, "update tool_jobs set state = 'succeeded', finished_at = '2000-01-01' where id = %s",
                     (held["id"],)) == ("23514", "tool_jobs_finished_after_made")
-    assert sqlstate(conn, "update tool_jobs set state = 'failed', terminal_reason = %s where id = %s",
+    assert refusal(conn, "update tool_jobs set state = 'failed', terminal_reason = %s where id = %s",
                     ("x" * 2001, held["id"])) == ("23514", "tool_jobs_terminal_reason_bounded")
     assert conn.execute("select state from tool_jobs where id = %s", (held["id"],)).fetchone()["state"] == "running"
 
@@ -108,15 +99,15 @@ def test_no_time_of_a_call_moves_to_infinity(db, conn, logins):
     with as_login(db, W) as w:
         held = claim(w, W, ["search"])
         assert held is not None
-        assert sqlstate(w, "update tool_jobs set lease_until = '-infinity' where id = %s",
+        assert refusal(w, "update tool_jobs set lease_until = '-infinity' where id = %s",
                         (held["id"],)) == ("23514", "tool_jobs_lease_bounded")
     with as_login(db, SUPERVISOR) as s:
-        assert sqlstate(s, "update tool_jobs set cancel_requested_at = 'infinity', cancel_requested_by = 'x' "
+        assert refusal(s, "update tool_jobs set cancel_requested_at = 'infinity', cancel_requested_by = 'x' "
                            "where id = %s", (held["id"],)) == ("23514", "tool_jobs_finite_times")
     with as_login(db, W) as w:
-        assert sqlstate(w, "update tool_jobs set deadline_at = now() + interval '1 year' where id = %s",
+        assert refusal(w, "update tool_jobs set deadline_at = now() + interval '1 year' where id = %s",
                         (held["id"],))[0] == "42501", "a worker may not write a deadline at all"
-    assert sqlstate(conn, "update tool_jobs set deadline_at = now() + interval '1 year' where id = %s",
+    assert refusal(conn, "update tool_jobs set deadline_at = now() + interval '1 year' where id = %s",
                     (held["id"],))[0] == "LCS05", "nor may the schema's owner: a deadline never changes"
     row = conn.execute("select deadline_at, cancel_requested_at, lease_until > now() as leased from tool_jobs "
                        "where id = %s", (held["id"],)).fetchone()
@@ -124,8 +115,8 @@ def test_no_time_of_a_call_moves_to_infinity(db, conn, logins):
 
 
 def test_a_new_call_keeps_its_names_and_times_within_bounds(conn):
-    assert sqlstate(conn, "insert into tool_jobs (idempotency_key, payload, tool, session_id) "
+    assert refusal(conn, "insert into tool_jobs (idempotency_key, payload, tool, session_id) "
                           "values ('n-1', '{}', 'search', repeat('s', 201))") == ("23514", "tool_jobs_names_bounded")
-    assert sqlstate(conn, "insert into tool_jobs (idempotency_key, payload, tool, deadline_at) "
+    assert refusal(conn, "insert into tool_jobs (idempotency_key, payload, tool, deadline_at) "
                           "values ('n-2', '{}', 'search', 'infinity')") == ("23514", "tool_jobs_finite_times")
     assert conn.execute("select count(*) as n from tool_jobs").fetchone()["n"] == 0
