@@ -644,10 +644,17 @@ begin
         raise exception 'the terminal reason of call % is longer than 2,000 characters', new.id
             using errcode = 'check_violation', constraint = 'tool_jobs_terminal_reason_bounded';
     end if;
+    -- (the model and provider are metric labels, and the names of who asked for a cancel and why
+    -- are shown to every operator: a ninth walk wrote a megabyte into each)
     if length(new.owner_id) > 200 or length(new.agent_id) > 200 or length(new.session_id) > 200
+       or length(new.model) > 200 or length(new.provider) > 200 or length(new.cancel_requested_by) > 200
        or length(new.external_request_id) > 500 then
-        raise exception 'a call''s agent, session and owner names stay within 200 characters, a request id within 500'
+        raise exception 'a call''s agent, session, owner, model and provider names stay within 200 characters, a request id within 500'
             using errcode = 'check_violation', constraint = 'tool_jobs_names_bounded';
+    end if;
+    if length(new.cancel_requested_reason) > 1000 then
+        raise exception 'the reason of a cancel request stays within 1,000 characters, as every reason'
+            using errcode = 'check_violation', constraint = 'tool_jobs_reason_bounded';
     end if;
     return new;
 end $$;

@@ -79,3 +79,21 @@ def test_who_asked_for_a_cancel_and_why_are_never_rewritten(db, conn, logins):
                        (held["id"],)).fetchone()
     assert refused[0] == "LCS13", f"accepted: the request now reads {row}"
     assert (row["cancel_requested_by"], row["cancel_requested_reason"]) == ("alice", "stop it")
+
+
+def test_a_model_name_or_a_cancel_of_a_megabyte_is_refused(db, conn, logins):
+    """Never bounded until the ninth walk: a model (a metric label) and who asked for a cancel."""
+    with as_login(db, W) as w:
+        assert refusal(w, "insert into tool_jobs (idempotency_key, payload, tool, model) "
+                          "values ('m-1', '{}', 'search', repeat('m', 201))") == ("23514", "tool_jobs_names_bounded")
+        enqueue(w, "search")
+        held = claim(w, W, ["search"])
+    assert held is not None
+    with as_login(db, SUPERVISOR) as s:
+        assert refusal(s, "update tool_jobs set cancel_requested_by = repeat('b', 1000000) where id = %s",
+                       (held["id"],)) == ("23514", "tool_jobs_names_bounded")
+        assert refusal(s, "update tool_jobs set state = 'cancel_requested', cancel_requested_at = now(), "
+                          "cancel_requested_by = 'control-plane', cancel_requested_reason = repeat('r', 1001) "
+                          "where id = %s", (held["id"],)) == ("23514", "tool_jobs_reason_bounded")
+    row = conn.execute("select state, cancel_requested_by from tool_jobs where id = %s", (held["id"],)).fetchone()
+    assert (row["state"], row["cancel_requested_by"]) == ("running", None)
