@@ -58,6 +58,8 @@ async def test_a_change_soon_after_a_wake_waits_only_for_the_rest_of_the_interva
         app.post_message(DbChanged({}))
         await asyncio.sleep(WAKE_EVERY)
         assert len(wakes) == 2
-        # due at the first wake + WAKE_EVERY, not WAKE_EVERY after the change itself
-        assert wakes[1] - first < WAKE_EVERY + 0.06, (wakes[1] - first)
+        # due at the first wake + WAKE_EVERY, not WAKE_EVERY after the change itself (that would be
+        # at first + 0.17 + WAKE_EVERY = 0.37 s): 0.12 s left for a loaded machine's timers, which
+        # a run of the whole suite on 2 cores took (0.31 s)
+        assert wakes[1] - first < WAKE_EVERY + 0.12, (wakes[1] - first)
         assert wakes[1] - sent < WAKE_EVERY * 0.5 + 0.06, (wakes[1] - sent)
