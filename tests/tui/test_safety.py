@@ -11,23 +11,7 @@ from psycopg.types.json import Jsonb
 
 from console.control.supervisor import tick
 from console.db.connect import run_one
-from tests.helpers import (
-    FAST,
-    SLOW,
-    cancel,
-    claim,
-    enqueue,
-    events,
-    give_grant,
-    job,
-    record_event,
-    register_tool,
-    register_tree,
-    report_unknown,
-    request_shutdown,
-    start_side_effect,
-    wait_until,
-)
+from tests import helpers as h
 from tests.tui.conftest import (
     SIZE,
     break_actions,
@@ -72,28 +56,28 @@ def hostile(db):
     """Every text column a worker, an agent or an operator can choose, set to the hostile set."""
     with db.connect() as conn:
         tool = f"pay{HOSTILE}"
-        register_tool(conn, tool, "mutating_unverifiable", **FAST)
-        register_tool(conn, "search", "read_only", **SLOW)
+        h.register_tool(conn, tool, "mutating_unverifiable", **h.FAST)
+        h.register_tool(conn, "search", "read_only", **h.SLOW)
         root, child = f"root{HOSTILE}", f"child{HOSTILE}"
-        register_tree(conn, {root: None, child: root})
-        give_grant(conn, child, "credential", f"vault:{HOSTILE}", issued_by=root)
+        h.register_tree(conn, {root: None, child: root})
+        h.give_grant(conn, child, "credential", f"vault:{HOSTILE}", issued_by=root)
         e = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=f"key:{HOSTILE}",
                     payload=Jsonb({"note": HOSTILE}), agent_id=child, session_id=HOSTILE, deadline_at=None,
                     model=HOSTILE, provider=HOSTILE)
-        c = claim(conn, f"w{HOSTILE}")
-        start_side_effect(conn, c, f"w{HOSTILE}", f"req{HOSTILE}")
-        record_event(conn, c, "heartbeat_lost", f"w{HOSTILE}", details={"why": HOSTILE})
-        report_unknown(conn, c, f"w{HOSTILE}")
-        running = enqueue(conn, "search", f"run:{HOSTILE}", agent_id=root)
-        claim(conn, f"w2{HOSTILE}", ["search"])
-        cancel(conn, running["id"], "running", 9, operator=f"op{HOSTILE}", reason=f"why{HOSTILE}")
-        s = request_shutdown(conn, child, "abort", window=0.2, operator="ops", reason=f"because{HOSTILE}")
+        c = h.claim(conn, f"w{HOSTILE}")
+        h.start_side_effect(conn, c, f"w{HOSTILE}", f"req{HOSTILE}")
+        h.record_event(conn, c, "heartbeat_lost", f"w{HOSTILE}", details={"why": HOSTILE})
+        h.report_unknown(conn, c, f"w{HOSTILE}")
+        running = h.enqueue(conn, "search", f"run:{HOSTILE}", agent_id=root)
+        h.claim(conn, f"w2{HOSTILE}", ["search"])
+        h.cancel(conn, running["id"], "running", 9, operator=f"op{HOSTILE}", reason=f"why{HOSTILE}")
+        s = h.request_shutdown(conn, child, "abort", window=0.2, operator="ops", reason=f"because{HOSTILE}")
 
         def reconciled() -> bool:
             tick(conn, supervisor_id=f"sup{HOSTILE}", sweep=False)
             return conn.execute("select state from shutdowns where id = %s", (s["id"],)).fetchone()["state"] \
                 == "terminated"
-        wait_until(reconciled, timeout=20, interval=0.1, what="the hostile shutdown to be reconciled")
+        h.wait_until(reconciled, timeout=20, interval=0.1, what="the hostile shutdown to be reconciled")
         yield db, conn, e, running
 
 
@@ -171,15 +155,15 @@ async def test_ordinary_typing_never_changes_data(db, monkeypatch):
         assert "Ignored" in drawn(app) and "typed before this dialog appeared" in drawn(app), notifications(app)
         await pilot.pause(2.2)
         with db.connect() as conn:
-            assert job(conn, e["id"])["state"] == "running", "nothing changed"
-            assert not [ev for ev in events(conn, e["id"]) if ev["kind"].startswith("operator_")]
+            assert h.job(conn, e["id"])["state"] == "running", "nothing changed"
+            assert not [ev for ev in h.events(conn, e["id"]) if ev["kind"].startswith("operator_")]
         # the dialog's own flow still works once the operator reads it: reason, enter applies
         for ch in "stuck":
             await pilot.press(ch)
         await pilot.press("enter")
         await settle(pilot, lambda: "APPLIED" in drawn(app))
     with db.connect() as conn:
-        assert job(conn, e["id"])["state"] == "cancel_requested"
+        assert h.job(conn, e["id"])["state"] == "cancel_requested"
 
 
 def test_the_type_ahead_rule_with_exact_key_times():
@@ -249,8 +233,8 @@ async def test_a_big_payload_is_previewed_bounded_with_its_real_size(db):
 
     big = {"rows": [{"n": i, "text": "x" * 90} for i in range(70_000)]}  # ~7 MB as text
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", **SLOW)
-        e = enqueue(conn, "search", payload=big)
+        h.register_tool(conn, "search", "read_only", **h.SLOW)
+        e = h.enqueue(conn, "search", payload=big)
         size = conn.execute("select octet_length(payload::text) as n from tool_jobs").fetchone()["n"]
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
@@ -268,7 +252,7 @@ async def test_a_big_payload_is_previewed_bounded_with_its_real_size(db):
 async def test_triage_filters_with_the_grammar_and_shows_it(db):
     with db.connect() as conn:
         e = outcomes_unknown(conn, 3, "payment_capture")[-1]
-        register_tool(conn, "search", "read_only", **FAST)
+        h.register_tool(conn, "search", "read_only", **h.FAST)
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, lambda: "outcome unknown" in drawn(app))
@@ -332,7 +316,7 @@ async def test_read_only_offers_no_action_and_help_lists_every_screen(db):
 
 async def test_the_palette_has_every_action_and_none_of_textuals(db):
     with db.connect() as conn:
-        register_tree(conn, {"planner-1": None})
+        h.register_tree(conn, {"planner-1": None})
     app = make_app(db.dsn)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4")
@@ -367,10 +351,10 @@ async def test_an_answer_fetched_under_the_old_filter_is_dropped_not_shown_under
     from console.operator.tui.screens.calls import CallsScreen
 
     with db.connect() as conn:
-        register_tool(conn, "search", "read_only", **FAST)
-        enqueue(conn, "search", "r:1")
-        queued = enqueue(conn, "search", "q:1")
-        running = claim(conn, "w-1")  # the oldest: r:1
+        h.register_tool(conn, "search", "read_only", **h.FAST)
+        h.enqueue(conn, "search", "r:1")
+        queued = h.enqueue(conn, "search", "q:1")
+        running = h.claim(conn, "w-1")  # the oldest: r:1
         assert running["id"] != queued["id"]
     gate, holding = threading.Event(), threading.Event()
     plain_load = CallsScreen.load_request
