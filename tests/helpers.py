@@ -51,10 +51,12 @@ def register_tools(conn: Conn, tools: Tools) -> None:
 
 def enqueue(conn: Conn, tool: str, key: str | None = None, payload: Any = None, *,
             agent_id: str | None = None, session_id: str | None = None, deadline_at: Any = None,
-            model: str | None = None, provider: str | None = None) -> dict:
+            model: str | None = None, provider: str | None = None, priority: int | None = None) -> dict:
     row = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key or f"k-{uuid.uuid4().hex}",
                   payload=Jsonb(payload if payload is not None else {"n": 1}), agent_id=agent_id,
-                  session_id=session_id, deadline_at=deadline_at, model=model, provider=provider)
+                  session_id=session_id, deadline_at=deadline_at, model=model, provider=provider,
+                  # only when given: the SQL of a release before 0014 (tests/db/test_migrate.py) has none
+                  **({"priority": priority} if priority is not None else {}))
     assert row is not None
     return row
 

@@ -13,8 +13,10 @@ Urgency = Literal["ok", "watch", "warn", "bad", "none"]
 # worst first, as leasectl_health_rank() in migrations/0001 (past_deadline: 0014) sorts triage (a test
 # keeps them equal). past_deadline: a running call whose deadline passed; its lease ended with it
 # (no lease outlives its deadline, docs/seeds.md §004) and the sweep ends it: as bad as an expired lease.
-HEALTH_RANK = {"outcome_unknown": 0, "past_deadline": 1, "lease_expired": 1, "cancel_unheard": 2, "zombie": 3,
-               "heartbeat_late": 4, "over_stage_timeout": 5, "healthy": 9}
+# past_max_hold (0016): held as long as its tool's max_hold_seconds allows; its lease ended with the
+# hold and the ordinary rules for an expired lease resolve it.
+HEALTH_RANK = {"outcome_unknown": 0, "past_deadline": 1, "past_max_hold": 1, "lease_expired": 1, "cancel_unheard": 2,
+               "zombie": 3, "heartbeat_late": 4, "over_stage_timeout": 5, "healthy": 9}
 
 HEALTH_URGENCY: dict[str, Urgency] = {
     "healthy": "ok",
@@ -24,6 +26,7 @@ HEALTH_URGENCY: dict[str, Urgency] = {
     "cancel_unheard": "warn",
     "lease_expired": "bad",
     "past_deadline": "bad",
+    "past_max_hold": "bad",
     "outcome_unknown": "bad",
 }
 

@@ -11,6 +11,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from console.core.models import ToolSettings
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
 
@@ -102,6 +103,7 @@ class MetricsScreenData(Row):
 
     report: MetricsReport
     minutes: MinuteSeries
+    paused_tools: list[ToolSettings] = []  # migration 0016: tools whose calls wait for a resume
 
 
 # ----------------------------------------------------------------------------- the exporter's rows

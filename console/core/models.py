@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 # The vocabularies of the schema (the CHECK constraints of migrations/0001): one place in Python.
 Health = Literal["healthy", "heartbeat_late", "lease_expired", "cancel_unheard", "outcome_unknown",
-                 "zombie", "over_stage_timeout", "past_deadline"]
+                 "zombie", "over_stage_timeout", "past_deadline", "past_max_hold"]
 State = Literal["queued", "running", "cancel_requested", "succeeded", "failed", "cancelled",
                 "outcome_unknown"]
 TerminalState = Literal["succeeded", "failed", "cancelled"]
@@ -258,10 +258,34 @@ class RecentEvent(EventRow):
     what: str
 
 
+class ToolSettings(Row):
+    """A registered tool and its fair-share settings (migration 0016), with what runs and waits now."""
+    name: str
+    side_effect: str
+    max_attempts: int
+    max_running: int | None = None
+    max_hold_seconds: float | None = None
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_reason: str | None = None
+    auto_registered: bool = False
+    running: int = 0
+    queued: int = 0
+
+
+class ToolPause(Row):
+    """A tool's pause: the one an action set, or the one a resume ended."""
+    name: str
+    paused_at: datetime
+    paused_by: str
+    pause_reason: str
+
+
 class TriageSnapshot(Row):
     counts: Counts
     rows: list[JobSummary]
     recent: list[RecentEvent] = []
+    paused_tools: list[ToolSettings] = []  # migration 0016: whose calls wait for a resume
 
 
 class Stretch(Row):

@@ -21,9 +21,11 @@ from console.core.models import (
     ShutdownRefused,
     ShutdownRequested,
     ShutdownResult,
+    ToolPause,
+    ToolSettings,
 )
 from console.db.connect import Conn, action_transaction, run, run_one
-from console.db.reads import job, shutdown
+from console.db.reads import job, shutdown, tool_settings
 from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.text import sanitize
@@ -158,3 +160,32 @@ def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator:
         raise BadInput(f"no agent {sanitize(agent_id)}", hint="`leasectl fleet` lists the agents")
     return ShutdownRefused(mode=mode, root_agent_id=agent_id, reason=refusal["refusal"] or "refused",
                            request_id=request_id)
+
+
+def pause_tool(conn: Conn, tool: str, *, operator: str, reason: str) -> ToolPause | ToolSettings:
+    """Pause a tool: its calls are no longer claimed. The pause (applied), or the tool as it is
+    when nothing changed (already paused); BadInput for a tool that is not registered."""
+    return _pause_or_resume(conn, "pause", tool, operator=operator, reason=reason)
+
+
+def resume_tool(conn: Conn, tool: str, *, operator: str, reason: str) -> ToolPause | ToolSettings:
+    """Resume a paused tool. The pause it ended (applied), or the tool as it is when it was not paused."""
+    return _pause_or_resume(conn, "resume", tool, operator=operator, reason=reason)
+
+
+def _pause_or_resume(conn: Conn, verb: str, tool: str, *, operator: str, reason: str) -> ToolPause | ToolSettings:
+    reason, operator = checked_words(reason, operator)
+    request_id = uuid.uuid4()
+    with action_transaction(conn, f"the {verb} of tool {sanitize(tool, max_chars=80)}",
+                            look=f"`leasectl tools` shows whether the tool is paused (request {request_id})"):
+        run(conn, "meta/request_id", request_id=str(request_id))
+        if verb == "pause":
+            row = run_one(conn, "operator/pause_tool", tool=tool, paused_by=operator, reason=reason)
+        else:
+            row = run_one(conn, "operator/resume_tool", tool=tool, resumed_by=operator, reason=reason)
+    if row is not None:
+        return ToolPause.model_validate(row)
+    now = tool_settings(conn, tool)
+    if now is None:
+        raise BadInput(f"no tool {sanitize(tool)} is registered", hint="`leasectl tools` lists them")
+    return now

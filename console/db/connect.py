@@ -187,7 +187,7 @@ def translate_error(exc: psycopg.Error, where: str) -> LeasectlError:
                                 hint="your database role lacks the privilege for this action")
     if state.startswith("LC"):
         return ProtocolViolation(f"refused by the database: {detail}")
-    if state in ("22P02", "22007", "22008", "22023", "23514", "23502", "23505", "22003"):
+    if state in ("22P02", "22007", "22008", "22023", "23514", "23502", "23503", "23505", "22003"):
         return BadInput(f"bad input: {detail}")
     # the server ended the session: a restart or shutdown (57P01-57P03), pg_terminate_backend
     # (57P01), the database dropped (57P04), an idle or idle-in-transaction timeout (57P05, 25P03).

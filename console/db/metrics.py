@@ -23,7 +23,8 @@ from console.core.metrics import (
     TotalRow,
     check_by,
 )
-from console.db.connect import Conn, run, run_one
+from console.core.models import ToolSettings
+from console.db.connect import Conn, rows_as, run, run_one
 
 
 def report(conn: Conn, *, window_seconds: float, by: By | str = "tool") -> MetricsReport:
@@ -76,8 +77,9 @@ def screen(conn: Conn, *, by: By | str = "tool", window_seconds: float = 3600.0)
     with conn.transaction():
         run(conn, "meta/snapshot")
         groups, minute_rows = _report(conn, window_seconds, chosen, _clock(conn))
+        paused = run(conn, "views/tools", name=None, paused_only=True)
     series = _minutes(minute_rows, sum(g.outcome_unknown for g in groups.groups))
-    return MetricsScreenData(report=groups, minutes=series)
+    return MetricsScreenData(report=groups, minutes=series, paused_tools=rows_as(ToolSettings, paused))
 
 
 EVERY_ID = 9223372036854775807  # the largest bigint: "every event after the watermark"

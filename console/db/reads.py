@@ -23,6 +23,7 @@ from console.core.models import (
     RecentEvent,
     ReconciliationRecord,
     Shutdown,
+    ToolSettings,
     TriageSnapshot,
 )
 from console.core.ownership import ownership, stretches
@@ -44,9 +45,11 @@ def triage(conn: Conn, limit: int = 200, recent_minutes: int = 10) -> TriageSnap
         run(conn, "meta/snapshot")
         rows = run(conn, "views/triage", limit=limit)
         recent = run(conn, "views/recent_events", minutes=recent_minutes, limit=12)
+        paused = run(conn, "views/tools", name=None, paused_only=True)
     counts = Counts.model_validate(rows[0])
     return TriageSnapshot(counts=counts, rows=[JobSummary.model_validate(r) for r in rows if r["id"] is not None],
-                          recent=[RecentEvent.model_validate(r) for r in recent])
+                          recent=[RecentEvent.model_validate(r) for r in recent],
+                          paused_tools=rows_as(ToolSettings, paused))
 
 
 def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, uuid.UUID] | None = None,
@@ -144,6 +147,16 @@ def fleet(conn: Conn, *, shutdown_limit: int = 20, grant_limit: int = 2000) -> F
                                                                limit=shutdown_limit)]
         grants = [HeldGrant.model_validate(r) for r in run(conn, "views/grants", limit=grant_limit)]
     return FleetSnapshot(agents=agents, shutdowns=under_way, grants=grants)
+
+
+def tools(conn: Conn) -> list[ToolSettings]:
+    """Every registered tool, paused ones first (migration 0016's settings, what runs and waits)."""
+    return [ToolSettings.model_validate(r) for r in run(conn, "views/tools", name=None, paused_only=False)]
+
+
+def tool_settings(conn: Conn, name: str) -> ToolSettings | None:
+    row = run_one(conn, "views/tools", name=name, paused_only=False)
+    return ToolSettings.model_validate(row) if row else None
 
 
 def shutdown(conn: Conn, shutdown_id: uuid.UUID) -> Shutdown | None:

@@ -3,7 +3,9 @@
 --   / operator_approve_retry (outcome applied or refused, from details.outcome); an action that
 --   never reached its guard (a row lock, a statement timeout) is operator_action_failed with
 --   details.action and details.cause (outcome failed). A drain or an abort of a subtree is
---   fleet_events shutdown_requested (applied) or shutdown_refused (refused), details.mode. Filters
+--   fleet_events shutdown_requested (applied) or shutdown_refused (refused), details.mode; a tool's
+--   pause and resume (migration 0016) fleet_events tool_paused / tool_resumed (action pause or
+--   resume, applied; details.tool names the tool). Filters
 --   combine; each null means no filter. A call's agent is tool_jobs.agent_id (it never changes);
 --   a shutdown's agent is the subtree's root; job_id selects calls only (a shutdown is no call's).
 --   Served by job_events_operator_idx / fleet_events_operator_idx (actor, at) for one operator,
@@ -39,21 +41,25 @@ with calls as (
     limit :limit::integer
 ),
 fleet as (
-    select f.id as event_id, f.at, f.actor as operator, f.details ->> 'mode' as action,
-           case when f.kind = 'shutdown_requested' then 'applied' else 'refused' end as outcome,
+    select f.id as event_id, f.at, f.actor as operator,
+           case f.kind when 'tool_paused' then 'pause' when 'tool_resumed' then 'resume'
+                       else f.details ->> 'mode' end as action,
+           case when f.kind = 'shutdown_refused' then 'refused' else 'applied' end as outcome,
            null::uuid as job_id, f.agent_id, f.reason, f.request_id, null::bigint as fencing_token,
            f.details || jsonb_strip_nulls(jsonb_build_object('shutdown_id', f.shutdown_id)) as details,
            'fleet' as source, f.db_role
     from fleet_events f
-    where f.kind in ('shutdown_requested', 'shutdown_refused')
+    where f.kind in ('shutdown_requested', 'shutdown_refused', 'tool_paused', 'tool_resumed')
       and :job_id::uuid is null
       and (:operator::text is null or f.actor = :operator::text)
       and (:agent::text is null or f.agent_id = :agent::text)
       and (:since::timestamptz is null or f.at >= :since::timestamptz)
       and (:until::timestamptz is null or f.at <= :until::timestamptz)
-      and (:action::text is null or f.details ->> 'mode' = :action::text)
+      and (:action::text is null
+           or case f.kind when 'tool_paused' then 'pause' when 'tool_resumed' then 'resume'
+                          else f.details ->> 'mode' end = :action::text)
       and (:outcome::text is null
-           or case when f.kind = 'shutdown_requested' then 'applied' else 'refused' end = :outcome::text)
+           or case when f.kind = 'shutdown_refused' then 'refused' else 'applied' end = :outcome::text)
     order by f.at desc, f.id desc
     limit :limit::integer
 )

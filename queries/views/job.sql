@@ -30,7 +30,7 @@ select j.id, j.state, j.fencing_token, j.lease_until, j.heartbeat_at, j.attempt,
        extract(epoch from j.deadline_at - leasectl_now())::float8 as deadline_left_seconds,
        nullif(leasectl_job_health(j.state, j.lease_until, j.heartbeat_at, j.cancel_requested_at,
                                   j.claimed_at, k.late_before, k.unheard_before, k.stage_before,
-                                  r.recent, leasectl_now(), j.deadline_at),
+                                  r.recent, leasectl_now(), j.deadline_at, j.hold_until),
               case when j.state in ('succeeded', 'failed', 'cancelled') then 'healthy' end) as health
 from tool_jobs j
 join tools t on t.name = j.tool

@@ -57,7 +57,7 @@ labelled as (
            t.lease_seconds, t.heartbeat_seconds, t.jitter_seconds, t.stage_timeout_seconds,
            nullif(leasectl_job_health(p.state, p.lease_until, p.heartbeat_at, p.cancel_requested_at,
                                       p.claimed_at, k.late_before, k.unheard_before, k.stage_before,
-                                      r.recent, clock.now, p.deadline_at),
+                                      r.recent, clock.now, p.deadline_at, p.hold_until),
                   case when p.state in ('succeeded', 'failed', 'cancelled') then 'healthy' end) as health,
            clock.now as clock_now
     from page p

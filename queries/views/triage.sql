@@ -8,7 +8,8 @@
 --   the clock travels with the cutoffs rather than being joined to every live row once more.
 --   Each row carries the counts; with nothing to show, one row of counts with a null id.
 --   A running call past its deadline is `past_deadline` (migration 0014): counted on its own, and
---   in expired_unswept too (its lease ended with its deadline and nobody has swept it yet).
+--   in expired_unswept too (its lease ended with its deadline and nobody has swept it yet), as is
+--   a call past its hold, `past_max_hold` (migration 0016: its lease ended with its hold).
 -- Zero rows: never.
 -- Parameters: limit
 with clock as materialized (
@@ -26,21 +27,21 @@ rejected as materialized (
 -- narrow: only what decides health and order, for every live call
 live as materialized (
     select j.id, j.state, j.created_at, j.claimed_at, j.lease_until, j.heartbeat_at,
-           j.cancel_requested_at, j.side_effect_started_at, j.deadline_at,
+           j.cancel_requested_at, j.side_effect_started_at, j.deadline_at, j.hold_until,
            leasectl_job_health(j.state, j.lease_until, j.heartbeat_at, j.cancel_requested_at,
                                j.claimed_at, k.late_before, k.unheard_before, k.stage_before,
-                               j.recently_rejected, k.now, j.deadline_at) as health
+                               j.recently_rejected, k.now, j.deadline_at, j.hold_until) as health
     from (
         -- "in (select ...)" is one hashed lookup per row; only the columns health and order need
         -- (j.* deforms every row up to its last column: measurably slower over 10,000 live calls)
         select j.id, j.tool, j.state, j.created_at, j.claimed_at, j.lease_until, j.heartbeat_at,
-               j.cancel_requested_at, j.side_effect_started_at, j.deadline_at,
+               j.cancel_requested_at, j.side_effect_started_at, j.deadline_at, j.hold_until,
                j.id in (select job_id from rejected) as recently_rejected
         from tool_jobs j
         where j.state in ('running', 'cancel_requested', 'outcome_unknown')
         union all
         select j.id, j.tool, j.state, j.created_at, j.claimed_at, j.lease_until, j.heartbeat_at,
-               j.cancel_requested_at, j.side_effect_started_at, j.deadline_at, true
+               j.cancel_requested_at, j.side_effect_started_at, j.deadline_at, j.hold_until, true
         from rejected r
         join tool_jobs j on j.id = r.job_id
         where j.state not in ('running', 'cancel_requested', 'outcome_unknown')
@@ -50,7 +51,7 @@ live as materialized (
 counts as (
     select count(*) filter (where state = 'outcome_unknown') as needs_human,
            count(*) filter (where health = 'heartbeat_late') as stale_heartbeats,
-           count(*) filter (where health in ('lease_expired', 'past_deadline')) as expired_unswept,
+           count(*) filter (where health in ('lease_expired', 'past_deadline', 'past_max_hold')) as expired_unswept,
            count(*) filter (where health = 'past_deadline') as past_deadline,
            count(*) filter (where health = 'cancel_unheard') as cancel_unheard,
            count(*) filter (where health = 'over_stage_timeout') as over_stage_timeout,
@@ -70,6 +71,7 @@ ranked as (
                                        case l.health
                                            when 'lease_expired' then l.lease_until
                                            when 'past_deadline' then l.deadline_at
+                                           when 'past_max_hold' then l.hold_until
                                            when 'cancel_unheard' then l.cancel_requested_at
                                            when 'heartbeat_late' then l.heartbeat_at
                                            when 'over_stage_timeout' then l.claimed_at

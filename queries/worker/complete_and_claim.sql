@@ -1,7 +1,9 @@
 -- Purpose: the reference worker's fast path: commit the result of the call it holds AND claim
 --   the next call, in one transaction and one round trip (one commit instead of two). The
---   completion is exactly complete.sql's guarded write; the claim is exactly claim.sql (a test
---   keeps the two texts identical). Either both happen or neither does.
+--   completion is exactly complete.sql's guarded write; the claim is exactly claim.sql but for
+--   two marked places (a test keeps the texts identical otherwise): under the caps of migration
+--   0016, the call being completed is not counted, and its slot passes to the next call (the
+--   completion runs before the slots are taken). Either both happen or neither does.
 -- Zero rows: never. One row: completed (false = the result was rejected, as complete.sql's
 --   zero rows), then the next call's claim columns (all null when there was nothing to claim).
 -- Parameters: job_id, worker_id, fencing_token, result, tools
@@ -26,14 +28,15 @@ with completed as (
     returning id, completed_despite_cancel, finished_at
 ),
 expired as (
-    select j.id
+    select j.id, j.tool, j.agent_id, t.max_running
     from tool_jobs j
     join tools t on t.name = j.tool
     where j.state = 'running'
       and j.lease_until < now()
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
       and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
-      and j.attempt < t.max_attempts + j.extra_attempts
+      -- an attempt left, and the tool not paused (0016): one comparison, see the queue's below
+      and j.attempt < case when t.paused_at is null then t.max_attempts + j.extra_attempts else 0 end
       and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
       and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
       and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
@@ -42,24 +45,54 @@ expired as (
     for update of j skip locked
 ),
 fresh as (
-    select j.id
+    select j.id, j.tool, j.agent_id, t.max_running
     from tool_jobs j
     join tools t on t.name = j.tool
     where j.state = 'queued'
       and not exists (select 1 from expired)
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
-      and j.attempt < t.max_attempts + j.extra_attempts
+      -- an attempt left, the tool not paused, and by this statement's snapshot a free slot under the
+      -- caps, the tool's and the agent's max_running (0016; the slot itself is taken below, for the
+      -- one call chosen). One comparison on purpose: a test of its own on tools' columns (paused_at
+      -- is null) is estimated at 0.5 % of the rows when tools has no statistics (a small table
+      -- autovacuum seldom analyzes), and the planner then sorts the whole queue instead of walking
+      -- tool_jobs_queued_idx: claims measured 5 times slower
+      and j.attempt < case when t.paused_at is not null then 0
+                           when (t.max_running is null
+                                 or t.max_running > (select count(*) from tool_jobs r
+                                                     where r.tool = j.tool and r.id <> :job_id::uuid
+                                                       and r.state in ('running', 'cancel_requested')))
+                                and not exists (select 1 from agents a
+                                                where a.id = j.agent_id and a.max_running is not null
+                                                  and a.max_running <= (select count(*) from tool_jobs r
+                                                                        where r.agent_id = j.agent_id and r.id <> :job_id::uuid
+                                                                          and r.state in ('running', 'cancel_requested')))
+                           then t.max_attempts + j.extra_attempts
+                           else 0 end
       and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
       and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
       and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
-    order by j.created_at
+    order by j.priority desc, j.created_at
     limit 1
     for update of j skip locked
 ),
 candidate as (
-    select id from expired
+    select * from expired
     union all
-    select id from fresh
+    select * from fresh
+),
+-- A capped call takes its slots now (leasectl_claim_room), or is not claimed this time: another
+-- claimer took the last free one since this statement's snapshot. In the select list, so that it
+-- runs for the chosen call only (a condition could be evaluated on other rows before the join).
+slotted as materialized (
+    select c.id,
+           case when c.max_running is null
+                     and not exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
+                then true
+                -- (here only: the completion runs first, so the slot of the call it ends is free)
+                when (select count(*) from completed) < 0 then false
+                else leasectl_claim_room(c.tool, c.agent_id, c.id) end as has_room
+    from candidate c
 ),
 claimed as (
     update tool_jobs j
@@ -70,8 +103,9 @@ claimed as (
         fencing_token = j.fencing_token + 1,
         attempt       = j.attempt + 1,
         claimed_at    = now()
-    from candidate c, tools t
+    from slotted c, tools t
     where j.id = c.id
+      and c.has_room
       and t.name = j.tool
     returning j.id, j.payload, j.fencing_token, j.lease_until, j.attempt, j.tool,
               j.side_effect_started_at, j.external_request_id, j.idempotency_key, j.deadline_at,

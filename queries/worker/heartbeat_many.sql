@@ -10,7 +10,7 @@
 --   starts nothing new and writes no result; the others carry on.
 -- Parameters: job_ids (uuid[]), worker_id, fencing_tokens (bigint[], in the order of job_ids)
 update tool_jobs j
-set lease_until  = least(now() + t.lease_seconds * interval '1 second', j.deadline_at),
+set lease_until  = least(now() + t.lease_seconds * interval '1 second', j.deadline_at, j.hold_until),
     heartbeat_at = now()
 from unnest(:job_ids::uuid[], :fencing_tokens::bigint[]) as held (id, fencing_token),
      tools t

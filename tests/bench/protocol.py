@@ -3,7 +3,7 @@ machine's ceiling.
 
     python -m tests.bench.protocol [--dsn DSN] [--calls 6000] [--workers 1,2,4,8] [--repeat 5]
                                    [--no-peers] [--ceiling-seconds 5] [--before-indexes] [--notify-all]
-                                   [--before-chains] [--no-checkpoint]
+                                   [--before-chains] [--caps] [--no-checkpoint]
 
 For each worker count, on the same server, each run on a fresh database and right after a
 CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to measure without):
@@ -25,6 +25,9 @@ CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to mea
               commit that added migrations/0014_chains.sql, through LEASECTL_QUERIES_DIR),
               alternated with the rest: leasectl / -0013 is the write path after / before 0014
               (chains and deadlines) and 0015 (the third trust walk)
+  +caps       with --caps: the reference worker with its tool's max_running set one above the
+              worker count (migration 0016): every claim counts under the cap's lock, and the cap
+              never holds a worker back; caps/no = +caps / leasectl is what counting costs a claim
   +notify     with --notify-all: the reference worker on databases that also NOTIFY every change of
               state, claims and completions included (as the journal did before 0009), from one
               more plpgsql row trigger and with no listener connected, alternated with the rest:
@@ -207,9 +210,11 @@ def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object
 
 
 def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_indexes: bool = True,
-                   notify_all: bool = False, before_chains: Path | None = None) -> Result:
+                   notify_all: bool = False, before_chains: Path | None = None, caps: bool = False) -> Result:
     """The reference worker. `before_chains`: the shared SQL of the release before 0014 (a
-    queries/ folder), which the workers and the setup run, on a database migrated only to 0013."""
+    queries/ folder), which the workers and the setup run, on a database migrated only to 0013.
+    `caps`: the tool capped at one call more than the workers run (migration 0016): every claim
+    counts under the cap's lock, and the cap never holds a worker back."""
     dsn = server.leasectl_database(target=13 if before_chains is not None else None)
     try:
         with connect(dsn) as conn, queries_from(before_chains):
@@ -218,6 +223,8 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_index
             if notify_all:
                 run(conn, "bench/notify_every_change")
             run(conn, "admin/register_tool", **NOOP_TOOL)
+            if caps:
+                run(conn, "admin/set_tool_limits", name="noop", max_running=workers + 1, max_hold_seconds=None)
             _enqueue_noop(conn, calls, "bench")
             run(conn, "meta/bench_vacuum")
         queries = None if before_chains is None else str(before_chains)
@@ -228,7 +235,7 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_index
             # enqueued + claimed + succeeded: the history is written, not skipped
             assert done["events"] >= 3 * calls, f"history has {done['events']} rows for {calls} calls"
         name = ("leasectl" + ("" if audit_indexes else "-noidx") + ("-notify" if notify_all else "")
-                + ("-0013" if before_chains is not None else ""))
+                + ("-0013" if before_chains is not None else "") + ("-caps" if caps else ""))
         return Result(name, workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
@@ -457,7 +464,7 @@ def _median_rate(results: list[Result]) -> float:
 
 def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
                 before_indexes: bool = False, notify_all: bool = False,
-                before_chains: Path | None = None) -> dict[str, list[Result]]:
+                before_chains: Path | None = None, caps: bool = False) -> dict[str, list[Result]]:
     """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes, with a
     NOTIFY for every change, and on 0013's schema with 0013's SQL), `repeat` rounds, each round in
     a rotated order."""
@@ -472,6 +479,8 @@ def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
         systems.append(("leasectl-notify", lambda: bench_leasectl(server, workers, calls, notify_all=True)))
     if before_chains is not None:
         systems.append(("leasectl-0013", lambda: bench_leasectl(server, workers, calls, before_chains=before_chains)))
+    if caps:
+        systems.append(("leasectl-caps", lambda: bench_leasectl(server, workers, calls, caps=True)))
     results: dict[str, list[Result]] = {name: [] for name, _ in systems}
     n = len(systems)
     for r in range(repeat):
@@ -503,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the reference worker on databases migrated only to 0013, with the shared SQL "
                              "as it was before 0014 (from git): the write path before and after 0014 (chains and "
                              "deadlines) and 0015 (the third trust walk)")
+    parser.add_argument("--caps", action="store_true",
+                        help="also run the reference worker with its tool capped (max_running one above the "
+                             "workers, so the cap never holds one back): what counting under the cap costs a claim")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
     with contextlib.ExitStack() as stack:
@@ -547,6 +559,10 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
             print("  -0013:    the reference worker (this code) on databases migrated only to 0013, running the shared "
                   "SQL as it was before 0014 (from git), alternated with the rest; 'vs -0013' = leasectl / that: the "
                   "write path after / before 0014 (chains, deadlines) and 0015 (third trust walk)")
+        if args.caps:
+            print("  +caps:    the reference worker with tools.max_running set one above the worker count (every "
+                  "claim counted under the cap's lock; the cap never holds a worker back), alternated with the rest; "
+                  "'caps/no' = that / leasectl")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
@@ -560,6 +576,8 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
             header += f"  {'+notify/s':>9}  {'vs +ntf':>7}"
         if before_chains is not None:
             header += f"  {'-0013/s':>7}  {'vs -0013':>8}"
+        if args.caps:
+            header += f"  {'+caps/s':>7}  {'caps/no':>7}"
         if not args.no_peers:
             header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
                        f"{'busy':>4}")
@@ -568,7 +586,7 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
         for w in counts:
             ceiling = bench_ceiling(server, w, args.ceiling_seconds)
             res = _alternated(server, w, args.calls, args.repeat, before_indexes=args.before_indexes,
-                              notify_all=args.notify_all, before_chains=before_chains)
+                              notify_all=args.notify_all, before_chains=before_chains, caps=args.caps)
             bare, fused, ours = res["bare"], res["bare-fused"], res["leasectl"]
             ratios = [o.rate / b.rate for o, b in zip(ours, bare, strict=True)]
             cells = [f"{w:>7}", f"{ceiling:>6.0f}", f"{_median_rate(bare):>7.0f}", f"{_median_rate(fused):>9.0f}",
@@ -587,6 +605,9 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
             if before_chains is not None:
                 old = res["leasectl-0013"]
                 cells += [f"{_median_rate(old):>7.0f}", f"{_median_rate(ours) / _median_rate(old):>8.2f}"]
+            if args.caps:
+                capped = res["leasectl-caps"]
+                cells += [f"{_median_rate(capped):>7.0f}", f"{_median_rate(capped) / _median_rate(ours):>7.2f}"]
             if not args.no_peers:
                 psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
                 apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)

@@ -33,6 +33,8 @@ def test_unreachable_database_is_a_failed_check_not_a_crash():
 def test_disabled_trigger_tight_tool_auto_tool_and_lease_index(db):
     with db.connect() as conn:
         register_tool(conn, "tight", lease_seconds=31, heartbeat_seconds=10, missed_heartbeats=2, jitter_seconds=10)
+        # an auto-registered tool (from before 0016, or where tools.allow_auto_register is on)
+        conn.execute("update leasectl_settings set value = 'true' where name = 'tools.allow_auto_register'")
         conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('k', '{}', 'mystery')")
         conn.execute("alter table tool_jobs disable trigger tool_jobs_guard_update")
         conn.execute("create index bad_idx on tool_jobs (lease_until)")

@@ -186,7 +186,8 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
 
         seeding.close()
         report = migrate(conn)
-        assert report.applied == ["0012_trust_boundary", "0013_fleet_trust", "0014_chains", "0015_trust_third_walk"]
+        assert report.applied == ["0012_trust_boundary", "0013_fleet_trust", "0014_chains", "0015_trust_third_walk",
+                                  "0016_fair_share"]
         assert report.version == known_version()
 
         after = {t: [{k: v for k, v in r.items() if k in before[t][0]} for r in rows(t)] for t in before}
@@ -196,10 +197,16 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
             assert (call["chain_id"], call["stage"], call["parent_id"]) == (call["id"], 0, None)
             assert call["accepted_at"] == call["created_at"]
         agents = {a["id"]: a for a in rows("agents")}
-        assert [{k: v for k, v in a.items() if k != "owner_role"} for a in rows("agents")] == agents_before
+        assert [{k: v for k, v in a.items() if k in agents_before[0]} for a in rows("agents")] == agents_before
         assert agents["team-1"]["owner_role"] == worker and agents["team-child"]["owner_role"] == worker
         assert agents["planner-1"]["owner_role"] == conn.execute("select session_user as u").fetchone()["u"]
         assert {str(done["id"]), str(queued["id"])} <= {str(j["id"]) for j in after["tool_jobs"]}
+        # 0016: no cap, no hold, no pause on what was there; unknown tools are refused from now on
+        assert all(t["max_running"] is None and t["paused_at"] is None and t["max_hold_seconds"] is None
+                   for t in rows("tools"))
+        assert all(j["hold_until"] is None for j in rows("tool_jobs"))
+        assert conn.execute("select value from leasectl_settings "
+                            "where name = 'tools.allow_auto_register'").fetchone()["value"] is False
 
     # the new rules hold on the old data at once
     with as_login(empty_db, worker) as w:

@@ -31,12 +31,14 @@ def test_enqueue_same_key_after_finish_returns_finished_call(conn):
     assert again["id"] == first["id"] and again["state"] == "succeeded" and not again["created"]
 
 
-def test_plain_insert_works_and_unknown_tool_is_registered_as_unverifiable(conn):
-    conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('plain', '{}', 'brand_new')")
+def test_plain_insert_works_and_an_unknown_tool_is_refused(conn):
+    conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('plain', '{}', 'search')")
     row = conn.execute("select state, fencing_token, payload_hash from tool_jobs where idempotency_key='plain'").fetchone()
     assert row["state"] == "queued" and row["fencing_token"] == 0 and len(row["payload_hash"]) == 64
-    tool = conn.execute("select side_effect, auto_registered from tools where name='brand_new'").fetchone()
-    assert tool == {"side_effect": "mutating_unverifiable", "auto_registered": True}
+    # migration 0016: calls only for registered tools (tests/db/test_fair_share.py: unless allowed)
+    assert h.refusal(conn, "insert into tool_jobs (idempotency_key, payload, tool) values ('new', '{}', 'brand_new')"
+                     ) == ("23503", "tool_jobs_tool_fkey")
+    assert conn.execute("select count(*) as n from tools where name = 'brand_new'").fetchone()["n"] == 0
 
 
 # ------------------------------------------------------------------------------ claim

@@ -188,6 +188,26 @@ def _cancelled_chain(w: World) -> dict:
     return call
 
 
+def _paused_queued(w: World) -> dict:
+    """A queued call of a tool an operator paused (migration 0016)."""
+    call = w.queued()
+    w.admin.execute("select * from leasectl_pause_tool('search', 'alice', 'vendor down')")
+    return {**call, "who": A}
+
+
+def _capped_full(w: World) -> dict:
+    """A queued call of a tool capped at one call, which another login runs."""
+    w.admin.execute("update tools set max_running = 1 where name = 'search'")
+    w.running(B)
+    return {**w.queued(), "who": A}
+
+
+def _held(w: World) -> dict:
+    """A running call of login A under a hold of 5 s."""
+    w.admin.execute("update tools set max_hold_seconds = 5 where name = 'search'")
+    return w.running(A)
+
+
 CLAIM_AS = ("update public.tool_jobs set state = 'running', owner_id = %(who)s, fencing_token = fencing_token + 1, "
             "lease_until = now() + interval '1 minute', attempt = attempt + 1, claimed_at = now() where id = %(id)s")
 
@@ -360,6 +380,13 @@ REFUSALS = [
     Refusal("a check recorded under an old token", A, lambda w: w.running(A),
             "update public.tool_jobs set check_found = 'not_done', check_token = fencing_token - 1, "
             "checked_at = now() where id = %(id)s", "LCS14"),
+    Refusal("claim by hand a call of a paused tool", A, _paused_queued, CLAIM_AS, "LCS15"),
+    Refusal("claim by hand past the tool's max_running", A, _capped_full, CLAIM_AS, "LCS15"),
+    Refusal("renew a lease past the call's hold", A, _held,
+            "update public.tool_jobs set lease_until = now() + interval '1 minute', heartbeat_at = now() "
+            "where id = %(id)s", "23514"),
+    Refusal("lengthen one's own hold", A, _held,
+            "update public.tool_jobs set hold_until = hold_until + interval '1 hour' where id = %(id)s", "42501"),
     Refusal("a stage enqueued by plain INSERT after its chain's cancel", A, _cancelled_chain,
             "insert into public.tool_jobs (idempotency_key, payload, tool, parent_id) "
             "values (gen_random_uuid()::text, '{}', 'search', %(id)s)", "LCS13"),

@@ -112,7 +112,12 @@ def test_fused_complete_and_claim_keeps_claim_and_complete_identical():
     fused = sql.load("worker/complete_and_claim").source
     ctes = claim[claim.index("with expired as (") + len("with "):claim.index("update tool_jobs j")]
     update = claim[claim.index("update tool_jobs j"):]
-    assert _normalise(ctes) in _normalise(fused), "claim.sql's CTEs drifted"
+    # apart on purpose (migration 0016): the fused claim does not count the call it completes under
+    # the caps, and takes its slots after the completion, which frees that call's slot
+    fused_ctes = _normalise(fused).replace(
+        "-- (here only: the completion runs first, so the slot of the call it ends is free) "
+        "when (select count(*) from completed) < 0 then false ", "").replace(" and r.id <> :job_id::uuid", "")
+    assert _normalise(ctes) in fused_ctes, "claim.sql's CTEs drifted"
     assert _normalise(update) in _normalise(fused), "claim.sql's update drifted"
     complete = sql.load("worker/complete").source
     where = complete[complete.index("where id"):complete.index("returning")]

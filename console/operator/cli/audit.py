@@ -137,8 +137,8 @@ def actions_command(
     """The operator journal across every call and every shutdown, newest first.
 
     Applied, refused and failed (a lock or statement timeout) cancels, mark-terminals, approvals,
-    drains and aborts. Filters combine. Each row names the database login that wrote it (db_role),
-    and marks an operator name that is not that login's own."""
+    drains, aborts, and pauses and resumes of a tool. Filters combine. Each row names the database
+    login that wrote it (db_role), and marks an operator name that is not that login's own."""
     if action is not None and action not in ACTIONS:
         raise BadInput(f"--action {sanitize(action, max_chars=40)}: use {', '.join(ACTIONS)}")
     if outcome is not None and outcome not in OUTCOMES:

@@ -142,6 +142,15 @@ def action_detail(a: OperatorAction) -> str:
     return sanitize("; ".join(parts), max_chars=300)
 
 
+def target_words(a: OperatorAction) -> str:
+    """What an action acted on: a call, a subtree or a tool (a pause, migration 0016)."""
+    if a.job_id:
+        return f"call {str(a.job_id)[:8]}"
+    if a.action in ("pause", "resume"):
+        return f"tool {sanitize(str((a.details or {}).get('tool') or '—'), max_chars=80)}"
+    return f"subtree of {sanitize(a.agent_id or '—', max_chars=80)}"
+
+
 def action_line(a: OperatorAction) -> Text:
     """One journal entry in two lines: when, who, what, the outcome and on what; then the reason
     and what the outcome rests on (a refusal, an error and its cause)."""
@@ -151,8 +160,7 @@ def action_line(a: OperatorAction) -> Text:
     text.append_text(who_text(a.operator, a.db_role, operator=True, style="bold"))
     text.append(f"  {action_words(a)}  ")
     text.append(a.outcome.upper(), style=OUTCOME_STYLE.get(a.outcome, ""))
-    text.append("  " + (f"call {str(a.job_id)[:8]}" if a.job_id else
-                        f"subtree of {sanitize(a.agent_id or '—', max_chars=80)}"))
+    text.append("  " + target_words(a))
     if a.job_id and a.agent_id:
         text.append(f" (agent {sanitize(a.agent_id, max_chars=80)})", style=STYLE["none"])
     why = action_detail(a)

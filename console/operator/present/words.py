@@ -42,6 +42,7 @@ HEALTH_LABELS = {
     "zombie": "zombie",
     "over_stage_timeout": "over stage timeout",
     "past_deadline": "past deadline",
+    "past_max_hold": "past max hold",
 }
 
 # what each label means, for help and the detail screen
@@ -54,6 +55,8 @@ HEALTH_MEANING = {
     "zombie": "a write with a stale fencing token was rejected in the last 5 minutes",
     "over_stage_timeout": "it heartbeats, but has run longer than its tool's stage timeout",
     "past_deadline": "running past its deadline: its lease ended with it; the sweep ends it",
+    "past_max_hold": ("held as long as its tool's max_hold_seconds allows: its lease ended with the hold; "
+                      "it is reclaimed or swept as any expired lease"),
 }
 
 

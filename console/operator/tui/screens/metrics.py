@@ -18,6 +18,7 @@ from console.core.metrics import BYS, By, MetricsGroup, MetricsScreenData
 from console.db import metrics
 from console.db.connect import Conn
 from console.operator.present.metrics import COLUMNS, NO_KEY, SPARKS, group_words, screen_title, spark_summary
+from console.operator.present.tools import paused_summary
 from console.operator.present.words import STYLE
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
@@ -63,6 +64,7 @@ class MetricsScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield TopChrome()
         yield Static(id="metrics-title")
+        yield Static(id="metrics-paused")
         yield LiveTable([Column(c.field, c.label, c.width, c.priority) for c in COLUMNS], id="groups")
         yield Static(id="no-groups")
         with Vertical(id="sparks"):
@@ -91,6 +93,10 @@ class MetricsScreen(PollingScreen):
         following = BYS[(BYS.index(report.by) + 1) % len(BYS)]
         title.append(f"   b: by {following}", style="dim")
         self.query_one("#metrics-title", Static).update(title)
+        paused = self.query_one("#metrics-paused", Static)
+        summary = paused_summary(data.paused_tools, report.at)
+        paused.display = summary is not None
+        paused.update(Text(summary or "", style="bold yellow"))
         table = self.query_one("#groups", LiveTable)
         rows = []
         for group in report.groups:

@@ -15,6 +15,7 @@ from console.core.health import HEALTH_RANK
 from console.core.models import Counts, JobSummary, TriageSnapshot
 from console.db import audit, reads
 from console.db.connect import Conn
+from console.operator.present.tools import paused_summary
 from console.operator.present.words import clock, one_line
 from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen, no_match_words
 from console.operator.tui.widgets.calltable import CallTable
@@ -55,6 +56,7 @@ class TriageScreen(CallListScreen):
     def compose(self) -> ComposeResult:
         yield TopChrome()
         yield CountsStrip()
+        yield Static(id="paused")
         yield FilterBar(placeholder=grammar())
         yield FilterLine()
         yield CallTable(COLUMNS, id="attention", markable=True)
@@ -82,6 +84,10 @@ class TriageScreen(CallListScreen):
         self.sync_table(rows, self.as_of.at if past and self.as_of else (self.now() or data.counts.db_now))
         self.show_filter_line(matched=len(rows) if not self.where.empty else None, total=len(data.rows))
         self.query_one("#recent", Static).update(self._recent(data))
+        paused = self.query_one("#paused", Static)
+        summary = paused_summary(data.paused_tools, data.counts.db_now)
+        paused.display = summary is not None
+        paused.update(Text(summary or "", style="bold yellow"))
         empty = self.query_one("#empty", Static)
         empty.display = not rows
         if not rows:
@@ -134,7 +140,7 @@ def past_triage(calls: Sequence[JobSummary], now: datetime) -> TriageSnapshot:
     at = calls[0].db_now if calls else now
     counts = Counts(needs_human=n(lambda c: c.state == "outcome_unknown"),
                     # a call past its deadline lost its lease with it: expired, as the live count says
-                    expired_unswept=n(lambda c: c.health in ("lease_expired", "past_deadline")),
+                    expired_unswept=n(lambda c: c.health in ("lease_expired", "past_deadline", "past_max_hold")),
                     past_deadline=n(lambda c: c.health == "past_deadline"),
                     cancel_unheard=n(lambda c: c.health == "cancel_unheard"),
                     over_stage_timeout=n(lambda c: c.health == "over_stage_timeout"),
