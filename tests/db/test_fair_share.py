@@ -261,3 +261,27 @@ def test_the_fused_completion_hands_its_slot_to_the_next_call(conn: Any) -> None
                     fencing_token=held[1]["fencing_token"] - 1, result=Jsonb({}), tools=["capped"])
     assert stale is not None and not stale["completed"] and stale["id"] is None
     assert running(conn, tool="capped") == 3
+
+
+def test_pause_resume_and_tools_from_the_command_line(db: Any, conn: Any) -> None:
+    invoke = h.cli_invoker(db.dsn, "alice")
+    set_limits(conn, "capped", max_running=3, max_hold_seconds=600)
+    h.enqueue(conn, "search")
+    paused = invoke("pause", "search", "--reason", "vendor 5xx storm, INC-2231")
+    assert paused.exit_code == 0 and "tool search is paused" in paused.output
+    again = invoke("pause", "search", "--reason", "again")
+    assert again.exit_code == 3 and "already paused" in again.output and "alice" in again.output
+    assert invoke("pause", "nope", "--reason", "x").exit_code == 2, "an unknown tool is bad input"
+    assert invoke("pause", "search", "--reason", "  ").exit_code == 2, "a reason is required"
+    listed = h.js(invoke("tools", "--json"))
+    first = listed[0]
+    assert first["name"] == "search" and first["paused_by"] == "alice" and first["queued"] == 1, "paused first"
+    capped = next(t for t in listed if t["name"] == "capped")
+    assert capped["max_running"] == 3 and capped["max_hold_seconds"] == 600
+    assert [t.name for t in reads.triage(conn).paused_tools] == ["search"], "Triage names it"
+    actions = h.js(invoke("audit", "actions", "--action", "pause", "--json"))
+    assert [(a["action"], a["operator"], a["details"]["tool"]) for a in actions] == [("pause", "alice", "search")]
+    resumed = invoke("resume", "search")
+    assert resumed.exit_code == 0 and "vendor 5xx storm" in resumed.output, "says which pause it ended"
+    assert invoke("resume", "search").exit_code == 3
+    assert reads.triage(conn).paused_tools == []

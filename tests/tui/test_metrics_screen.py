@@ -143,3 +143,24 @@ async def test_80x24_keeps_the_live_troubles_and_the_lease(scenario_dsn):
         for words in ("expired", "unknown", "unheard", "lease left", "erp_update_order", "renewal fails/min",
                       "outcome unknown"):
             assert words in text, words
+
+
+async def test_a_paused_tool_is_named_on_triage_and_metrics(scenario_dsn):
+    """Migration 0016: who paused which tool, why, and how many of its calls wait, in one yellow line
+    on Triage (1) and Metrics (7); gone once it is resumed."""
+    from console.db.connect import connect, run_one
+
+    with connect(scenario_dsn) as conn:
+        assert run_one(conn, "operator/pause_tool", tool="web_search", paused_by="alice",
+                       reason="vendor 5xx storm") is not None
+    app = make_app(scenario_dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, lambda: "PAUSED" in screen_text(app))
+        line = screen_text(app)
+        assert "web_search paused by alice" in line and "vendor 5xx storm" in line, line
+        await _open_metrics(pilot)
+        await settle(pilot, lambda: "PAUSED" in screen_text(app))
+        with connect(scenario_dsn) as conn:
+            assert run_one(conn, "operator/resume_tool", tool="web_search", resumed_by="alice",
+                           reason="vendor ok") is not None
+        await settle(pilot, lambda: "PAUSED" not in screen_text(app))

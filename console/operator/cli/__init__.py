@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 import console
-from console.operator.cli import admin, audit, calls, fleet, tools  # noqa: F401 - each registers its commands
+from console.operator.cli import admin, audit, calls, fleet  # noqa: F401 - each registers its commands
 from console.operator.cli import metrics as metrics_commands  # noqa: F401 - `metrics`, `metrics serve`
 from console.operator.cli.common import (
     Before,

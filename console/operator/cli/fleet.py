@@ -1,5 +1,6 @@
 """The fleet (docs/seeds.md §003): the agent tree, drain and abort of a subtree, reconciliation records, the
-control plane."""
+control plane; and its tools: their fair-share settings and the pause that throttles a flaky vendor without
+stopping a worker (docs/seeds.md §000; migration 0016)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from console.operator.cli.common import (
     print_json,
     refuse_if_read_only,
 )
+from console.operator.present.tools import pause_message, tools_table
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
 
@@ -164,3 +166,45 @@ def supervise(
         supervisor.run(stop)
     except KeyboardInterrupt:
         stop.set()
+
+
+# ----------------------------------------------------------------------------- tools
+
+ToolArgument = Annotated[str, typer.Argument(help="The tool's registered name", show_default=False)]
+
+
+@app.command("tools")
+@friendly
+def list_tools(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """Registered tools: class, calls running and queued, caps, hold, attempts; paused ones first."""
+    with connect_for_reading(dsn) as conn:
+        found = reads.tools(conn)
+    if as_json:
+        print_json([t.model_dump(mode="json") for t in found])
+        return
+    out.print(tools_table(found))
+    if not found:
+        err.print("no tool is registered")
+
+
+@app.command()
+@friendly
+def pause(tool: ToolArgument, reason: ReasonOption, operator: OperatorOption = None,
+          dsn: DsnOption = None) -> None:
+    """Pause a tool: none of its calls is claimed until it is resumed; running ones go on. Journaled."""
+    who = operator_option(operator)
+    with connect_for_acting(dsn, "pause") as conn:
+        result = actions.pause_tool(conn, tool, operator=who, reason=reason)
+    answer(*pause_message("pause", result))
+
+
+@app.command()
+@friendly
+def resume(tool: ToolArgument,
+           reason: Annotated[str, typer.Option("--reason", help="Why (journaled with your name)")] = "resumed",
+           operator: OperatorOption = None, dsn: DsnOption = None) -> None:
+    """Resume a paused tool: its queued calls are claimed again. Journaled with the pause it ends."""
+    who = operator_option(operator)
+    with connect_for_acting(dsn, "resume") as conn:
+        result = actions.resume_tool(conn, tool, operator=who, reason=reason)
+    answer(*pause_message("resume", result))
