@@ -443,6 +443,13 @@ class HeldGrant(Row):
     expires_in_seconds: float
 
 
+class GrantRow(HeldGrant):
+    """One grant, revoked or not (`leasectl revoke` reads it before and after)."""
+
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+
+
 class FleetSnapshot(Row):
     agents: list[FleetAgent]
     shutdowns: list[Shutdown]

@@ -15,6 +15,7 @@ from console.core.actions import action_named
 from console.core.models import (
     ActionResult,
     Applied,
+    GrantRow,
     JobSummary,
     Refused,
     ShutdownMode,
@@ -25,7 +26,7 @@ from console.core.models import (
     ToolSettings,
 )
 from console.db.connect import Conn, action_transaction, run, run_one
-from console.db.reads import job, shutdown, tool_settings
+from console.db.reads import grant, job, shutdown, tool_settings
 from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.text import sanitize
@@ -189,3 +190,18 @@ def _pause_or_resume(conn: Conn, verb: str, tool: str, *, operator: str, reason:
     if now is None:
         raise BadInput(f"no tool {sanitize(tool)} is registered", hint="`leasectl tools` lists them")
     return now
+
+
+def revoke_grant(conn: Conn, prefix: str, *, operator: str, reason: str) -> tuple[bool, GrantRow]:
+    """Revoke one grant as the control plane, journaled with the operator's name and reason
+    (migration 0017). (True, the grant as revoked) or (False, the grant as it is: revoked already)."""
+    reason, operator = checked_words(reason, operator)
+    found = grant(conn, prefix)
+    request_id = uuid.uuid4()
+    with action_transaction(conn, f"the revocation of grant {str(found.id)[:8]}",
+                            look=f"`leasectl fleet` shows the grants still held (request {request_id})"):
+        run(conn, "meta/request_id", request_id=str(request_id))
+        row = run_one(conn, "operator/revoke_grant", grant_id=found.id, operator=operator, reason=reason)
+    if row is not None:
+        return True, grant(conn, str(found.id))
+    return False, grant(conn, str(found.id))

@@ -15,6 +15,7 @@ from console.core.models import (
     Event,
     FleetAgent,
     FleetSnapshot,
+    GrantRow,
     HeldGrant,
     Job,
     JobSummary,
@@ -157,6 +158,17 @@ def tools(conn: Conn) -> list[ToolSettings]:
 def tool_settings(conn: Conn, name: str) -> ToolSettings | None:
     row = run_one(conn, "views/tools", name=name, paused_only=False)
     return ToolSettings.model_validate(row) if row else None
+
+
+def grant(conn: Conn, prefix: str) -> GrantRow:
+    """The grant whose id is, or starts with, `prefix`; BadInput when none or several match."""
+    low, high = id_range(prefix)
+    rows = rows_as(GrantRow, run(conn, "views/grant", id_low=low, id_high=high))
+    if not rows:
+        raise BadInput(f"no grant {sanitize(prefix, max_chars=40)}", hint="`leasectl fleet` lists the grants held")
+    if len(rows) > 1:
+        raise BadInput(f"'{sanitize(prefix, max_chars=40)}' is the start of several grants' ids: give more of it")
+    return rows[0]
 
 
 def shutdown(conn: Conn, shutdown_id: uuid.UUID) -> Shutdown | None:

@@ -150,3 +150,28 @@ async def test_a_finished_shutdown_shows_the_unaccounted_agent_first_and_opens_i
         assert str(e["id"]) in screen_text(app)
         await pilot.press("escape")
         await settle(pilot, lambda: "Agents that confirmed" in screen_text(app))
+
+
+async def test_r_revokes_the_selected_agents_grant_with_a_reason_and_says_so(fleet):
+    """Migration 0017: `r` on an agent holding one live grant offers that grant; the reason is
+    required; the answer is the database's, journaled as operator_revoke with the operator's name."""
+    db, conn = fleet
+    app = make_app(db.dsn, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await select_agent(pilot, "code-1")
+        await pilot.press("r")
+        await settle(pilot)
+        assert "holds no live grant" in notifications(app), "code-1 holds none: nothing to revoke"
+        await select_agent(pilot, "sandbox-1")
+        await pilot.press("r")
+        await dialog_ready(pilot, "What will change")
+        assert all(words in screen_text(app) for words in (
+            "Revoke a grant of sandbox-1", "credential vault:prod-db", "queries/operator/revoke_grant.sql",
+            "not revoked yet")), screen_text(app)
+        await type_text(pilot, "leaked in a build log")
+        await pilot.press("enter")  # the grant is chosen already (the only one): enter applies
+        await settle(pilot, lambda: "REVOKED" in screen_text(app))
+        assert "vault:prod-db" in screen_text(app).split("REVOKED")[1], "the answer names the grant"
+    journal = conn.execute("select actor, reason from fleet_events where kind = 'operator_revoke'").fetchall()
+    assert journal == [{"actor": "dana", "reason": "leaked in a build log"}]
+    assert conn.execute("select count(*) as n from grants where revoked_at is null").fetchone()["n"] == 0

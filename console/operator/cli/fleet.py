@@ -208,3 +208,26 @@ def resume(tool: ToolArgument,
     with connect_for_acting(dsn, "resume") as conn:
         result = actions.resume_tool(conn, tool, operator=who, reason=reason)
     answer(*pause_message("resume", result))
+
+
+GrantArgument = Annotated[str, typer.Argument(help="The grant's id, or a unique prefix of it", show_default=False)]
+
+
+@app.command()
+@friendly
+def revoke(grant_id: GrantArgument,
+           reason: ReasonOption, operator: OperatorOption = None,
+           yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not show the grant and ask; act")] = False,
+           dsn: DsnOption = None) -> None:
+    """Revoke one grant (as the control plane, journaled with your name and reason).
+
+    Without --yes it shows the grant (holder, kind, resource, expiry) and asks."""
+    who = operator_option(operator)
+    with connect_for_acting(dsn, "revoke") as conn:
+        found = reads.grant(conn, grant_id)
+        if found.revoked_at is None and not yes:
+            err.print(present.grant_summary(found))
+            confirm("Revoke this grant?")
+        applied, now = actions.revoke_grant(conn, str(found.id), operator=who, reason=reason)
+    answer(applied, present.grant_summary(now), "the holder's next use of it is refused; `leasectl audit actions "
+                                             "--action revoke` shows who revoked it and why")

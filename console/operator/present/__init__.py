@@ -20,6 +20,7 @@ from console.operator.present.calls import (
 )
 from console.operator.present.fleet import (
     fleet_tables,
+    grant_summary,
     reconciliation_panel,
     subtree_counts,
     subtree_summary,
@@ -28,7 +29,8 @@ from console.operator.present.fleet import (
 
 __all__ = [
     "action_message", "action_verb", "call_fields", "describe_for_confirmation", "fields_grid", "fleet_tables",
-    "guard_of", "history_group", "history_table", "job_panel", "jobs_table", "lineage_table", "operator_actions",
+    "grant_summary", "guard_of", "history_group", "history_table", "job_panel", "jobs_table", "lineage_table",
+    "operator_actions",
     "ownership_table", "reconciliation_panel", "shutdown_message", "subtree_counts", "subtree_summary",
     "unaccounted_block", "words_of",
 ]

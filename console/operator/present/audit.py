@@ -148,6 +148,9 @@ def target_words(a: OperatorAction) -> str:
         return f"call {str(a.job_id)[:8]}"
     if a.action in ("pause", "resume"):
         return f"tool {sanitize(str((a.details or {}).get('tool') or '—'), max_chars=80)}"
+    if a.action == "revoke":
+        return (f"grant {sanitize(str((a.details or {}).get('grant_id') or '—')[:8])} "
+                f"of {sanitize(a.agent_id or '—', max_chars=80)}")
     return f"subtree of {sanitize(a.agent_id or '—', max_chars=80)}"
 
 

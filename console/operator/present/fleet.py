@@ -12,7 +12,15 @@ from rich.table import Table
 from rich.text import Text
 
 from console.core.fleet import tree_prefixes, window_left
-from console.core.models import FleetAgent, FleetSnapshot, GrantEntry, HeldGrant, ReconciliationRecord, Shutdown
+from console.core.models import (
+    FleetAgent,
+    FleetSnapshot,
+    GrantEntry,
+    GrantRow,
+    HeldGrant,
+    ReconciliationRecord,
+    Shutdown,
+)
 from console.operator.present.words import one_line, t, when
 from console.shared.text import counted, format_seconds, sanitize
 
@@ -64,6 +72,17 @@ def grant_words(grant: HeldGrant, now: datetime | None = None) -> str:
     left = (grant.expires_at - now).total_seconds() if now else grant.expires_in_seconds
     when = f"expires in {seconds(left)}" if left > 0 else f"EXPIRED {seconds(-left)} ago, not revoked"
     return f"{grant.kind} {grant.resource} (from {grant.issued_by}, {when})"
+
+
+def grant_summary(g: GrantRow) -> str:
+    """`leasectl revoke`: one grant in a line (plain text; the CLI escapes it)."""
+    held = f"grant {str(g.id)[:8]} ({sanitize(g.kind, max_chars=40)} {sanitize(g.resource, max_chars=120)}) " \
+           f"held by {sanitize(g.agent_id, max_chars=ID_CHARS)}"
+    if g.revoked_at is not None:
+        return f"{held}: revoked by {sanitize(g.revoked_by or '?', max_chars=80)} at {when(g.revoked_at)}"
+    left = "" if g.expires_in_seconds is None else (
+        f", expires in {format_seconds(g.expires_in_seconds)}" if g.expires_in_seconds > 0 else ", expired")
+    return held + f", issued by {sanitize(g.issued_by or '?', max_chars=80)}{left}"
 
 
 def seconds(value: float) -> str:

@@ -65,6 +65,7 @@ class FleetScreen(FieldListScreen[FleetAgent]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "drain", "Drain subtree", tooltip="Drain the selected agent's subtree (reason, window)"),
         Binding("x", "abort", "Abort subtree", tooltip="Abort the selected agent's subtree (reason, window)"),
+        Binding("r", "revoke", "Revoke grant", tooltip="Revoke one live grant of the selected agent (reason)"),
         Binding("enter", "open_record", "Open record", tooltip="On a finished shutdown: its reconciliation record"),
         Binding("tab", "switch_table", "Next table", show=False, tooltip="Agents ↔ shutdowns"),
         CLEAR_FILTER_BINDING,
@@ -251,6 +252,20 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         grants = live_grants_of(subtree(self.snapshot.agents, agent.id), self.snapshot.grants, self.now())
         self.app.push_screen(ShutdownDialog(mode, agent, self.snapshot.agents, grants, seen_at=self.fetched_at),
                              lambda _result: self.wake())
+
+    def action_revoke(self) -> None:
+        agent = self.selected_agent()
+        if not self.ready_to_act(agent, "an agent"):
+            return
+        now = self.now()
+        grants = live_grants_of([agent], self.snapshot.grants, now)
+        if not grants:
+            self.app.notify(f"{sanitize(agent.id, max_chars=60)} holds no live grant.", title="Nothing to revoke",
+                            severity="warning")
+            return
+        from console.operator.tui.screens.revoke import RevokeDialog
+
+        self.app.push_screen(RevokeDialog(agent, grants, now, seen_at=self.fetched_at), lambda _result: self.wake())
 
     def action_open_record(self) -> None:
         shutdown = self.selected_shutdown()
