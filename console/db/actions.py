@@ -202,6 +202,4 @@ def revoke_grant(conn: Conn, prefix: str, *, operator: str, reason: str) -> tupl
                             look=f"`leasectl fleet` shows the grants still held (request {request_id})"):
         run(conn, "meta/request_id", request_id=str(request_id))
         row = run_one(conn, "operator/revoke_grant", grant_id=found.id, operator=operator, reason=reason)
-    if row is not None:
-        return True, grant(conn, str(found.id))
-    return False, grant(conn, str(found.id))
+    return row is not None, grant(conn, str(found.id))

@@ -18,12 +18,12 @@ from console.core.metrics import BYS, By, MetricsGroup, MetricsScreenData
 from console.db import metrics
 from console.db.connect import Conn
 from console.operator.present.metrics import COLUMNS, NO_KEY, SPARKS, group_words, screen_title, spark_summary
-from console.operator.present.tools import paused_summary
 from console.operator.present.words import STYLE
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.calls import CallsScreen
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
+from console.operator.tui.widgets.paused import PausedLine
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.text import sanitize
 
@@ -64,7 +64,7 @@ class MetricsScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield TopChrome()
         yield Static(id="metrics-title")
-        yield Static(id="metrics-paused")
+        yield PausedLine()
         yield LiveTable([Column(c.field, c.label, c.width, c.priority) for c in COLUMNS], id="groups")
         yield Static(id="no-groups")
         with Vertical(id="sparks"):
@@ -93,10 +93,7 @@ class MetricsScreen(PollingScreen):
         following = BYS[(BYS.index(report.by) + 1) % len(BYS)]
         title.append(f"   b: by {following}", style="dim")
         self.query_one("#metrics-title", Static).update(title)
-        paused = self.query_one("#metrics-paused", Static)
-        summary = paused_summary(data.paused_tools, report.at)
-        paused.display = summary is not None
-        paused.update(Text(summary or "", style="bold yellow"))
+        self.query_one(PausedLine).show_tools(data.paused_tools, report.at)
         table = self.query_one("#groups", LiveTable)
         rows = []
         for group in report.groups:

@@ -15,13 +15,13 @@ from console.core.health import HEALTH_RANK
 from console.core.models import Counts, JobSummary, TriageSnapshot
 from console.db import audit, reads
 from console.db.connect import Conn
-from console.operator.present.tools import paused_summary
 from console.operator.present.words import clock, one_line
 from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen, no_match_words
 from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.counts import CountsStrip
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
+from console.operator.tui.widgets.paused import PausedLine
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.text import counted
 from console.shared.times import Instant, parse_past
@@ -56,7 +56,7 @@ class TriageScreen(CallListScreen):
     def compose(self) -> ComposeResult:
         yield TopChrome()
         yield CountsStrip()
-        yield Static(id="paused")
+        yield PausedLine()
         yield FilterBar(placeholder=grammar())
         yield FilterLine()
         yield CallTable(COLUMNS, id="attention", markable=True)
@@ -84,10 +84,7 @@ class TriageScreen(CallListScreen):
         self.sync_table(rows, self.as_of.at if past and self.as_of else (self.now() or data.counts.db_now))
         self.show_filter_line(matched=len(rows) if not self.where.empty else None, total=len(data.rows))
         self.query_one("#recent", Static).update(self._recent(data))
-        paused = self.query_one("#paused", Static)
-        summary = paused_summary(data.paused_tools, data.counts.db_now)
-        paused.display = summary is not None
-        paused.update(Text(summary or "", style="bold yellow"))
+        self.query_one(PausedLine).show_tools(data.paused_tools, data.counts.db_now)
         empty = self.query_one("#empty", Static)
         empty.display = not rows
         if not rows:
