@@ -182,9 +182,10 @@ def list_tools(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     if as_json:
         print_json([t.model_dump(mode="json") for t in found])
         return
-    out.print(tools_table(found))
     if not found:
         err.print("no tool is registered")
+        return
+    out.print(tools_table(found))
 
 
 @app.command()
