@@ -207,7 +207,7 @@ class Fleet:
         return self.rng.choice([agents["planner"], agents["retrieval"], agents["retrieval"], agents["review"]])
 
     def enqueue(self, conn: Conn, tool: str, payload: dict[str, Any], *, key_prefix: str,
-                deadline_in: float | None = None, agent: str | None = None) -> str | None:
+                deadline_in: float | None = None, agent: str | None = None, priority: int = 0) -> str | None:
         """A new call for an agent; None when refused because that agent's subtree is shutting down."""
         agent = agent or self._agent_for(tool)
         model, provider = self.rng.choice(MODELS)
@@ -219,7 +219,7 @@ class Fleet:
             deadline = row["db_now"] + timedelta(seconds=self.seconds(deadline_in))
         made = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb(payload),
                        agent_id=agent, session_id=f"sess-{self.rng.randrange(1000, 9999)}", deadline_at=deadline,
-                       model=model, provider=provider)
+                       model=model, provider=provider, priority=priority)
         if made is None:
             if agent not in self._refused:
                 self._refused.add(agent)
@@ -332,15 +332,16 @@ class Fleet:
                                                agent=self._situation_agent()))
 
     def _set_off_deadline_mid_stage(self) -> None:
-        """The night's trouble: a three-stage report under a 45 s deadline; stage 1 is quick, stage 2
+        """The night's trouble: a three-stage report under a 60 s deadline, urgent (priority 5, which its
+        stages inherit, so each is claimed ahead of the day's backlog); stage 1 is quick, stage 2
         meets an export service slowed to a crawl, and the chain's deadline runs out while it runs.
         Its lease ends with the deadline (no lease outlives it), the worker writes nothing after it,
         the sweep ends the call, and stage 3 never starts: the Chains screen (8) and the call's detail
         show where the time went."""
         self._with_conn(lambda c: self.enqueue(c, "report_export",
                                                {"report": "nightly", "stage": 1, "stages": 3, "slow_stage": 2},
-                                               key_prefix="report:nightly:stage:1", deadline_in=45,
-                                               agent=self._situation_agent()))
+                                               key_prefix="report:nightly:stage:1", deadline_in=60,
+                                               agent=self._situation_agent(), priority=5))
 
     def _set_off_attempts(self) -> None:
         self._with_conn(lambda c: self.enqueue(c, "web_search", {"q": "flaky vendor", "situation": "always_503"},
