@@ -68,7 +68,17 @@ def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True,
         except LeasectlError as exc:  # this shutdown waits for the next tick; the others go on
             report.failures.append(f"shutdown {str(active['id'])[:8]}: {exc}")
             log.warning("shutdown %s: %s", active["id"], exc)
+    _propose_for_orphans(conn, report, supervisor_id)
     return report
+
+
+def _propose_for_orphans(conn: Conn, report: TickReport, supervisor_id: str) -> None:
+    """Seed 003's core failure, noticed: children still running under a terminated or silent
+    ancestor. The control plane proposes an abort of each orphaned subtree and a human decides
+    (`leasectl shutdowns accept`); it never starts one by itself (migration 0018)."""
+    for row in run(conn, "supervisor/propose_orphan_shutdowns", supervisor_id=supervisor_id):
+        report.notes.append(f"proposed shutdown {str(row['id'])[:8]} (abort of {row['root_agent_id']}): "
+                            f"{row['reason']}; `leasectl shutdowns accept {str(row['id'])[:8]}` starts it")
 
 
 # A worker login's transaction that holds leasectl's tables longer than this is ended (migration
@@ -152,6 +162,7 @@ class _Shutdown:
             self.note(f"{counted(len(moved), 'agent')} now {moved[0]['state']}")
         if self.state == "reconciling":
             run(self.conn, "supervisor/subtree_agents_to", root_agent_id=self.root, state_to="reconciling")
+        self.move_to_replacement()
         never = run(self.conn, "supervisor/subtree_cancel_queued", root_agent_id=self.root, shutdown_id=self.id)
         if never:
             self.note(f"{counted(len(never), 'queued call')} cancelled before starting")
@@ -199,6 +210,19 @@ class _Shutdown:
         return self.move("terminated")
 
     # ------------------------------------------------------------------ their parts
+    def move_to_replacement(self) -> None:
+        """The upgrade path: queued calls go to the new generation the shutdown names (each to the
+        agent of its kind at its depth) instead of being cancelled; those that cannot, say why."""
+        if self.row.get("replacement_agent_id") is None:
+            return
+        rows = run(self.conn, "supervisor/move_queued_calls", shutdown_id=self.id)
+        moved = [r for r in rows if r["why_not"] is None]
+        if moved:
+            self.note(f"{counted(len(moved), 'queued call')} moved to {self.row['replacement_agent_id']}'s generation")
+        for r in rows:
+            if r["why_not"] is not None:
+                self.note(f"call {str(r['job_id'])[:8]} ({r['tool']}) not moved: {r['why_not']}; cancelled instead")
+
     def fence_unconfirmed(self) -> None:
         fenced = run(self.conn, "supervisor/subtree_fence_unconfirmed", root_agent_id=self.root, shutdown_id=self.id)
         unknown = sum(1 for f in fenced if f["state_to"] == "outcome_unknown")
@@ -217,7 +241,9 @@ class _Shutdown:
         unaccounted = len(record["children_unaccounted"])
         children = (f"{counted(unaccounted, 'agent')} UNACCOUNTED" if unaccounted
                     else f"all {counted(len(record['children_confirmed']), 'agent')} confirmed")
-        self.note(f"reconciled: {counted(len(record['in_flight']), 'call')}, {counted(len(revoked), 'grant')} "
+        moved = (f" ({len(record['calls_moved'])} moved to {self.row['replacement_agent_id']}'s generation)"
+                 if record["calls_moved"] else "")
+        self.note(f"reconciled: {counted(len(record['in_flight']), 'call')}{moved}, {counted(len(revoked), 'grant')} "
                   f"revoked, {len(record['grants_expired'])} expired; {children}")
 
     def status(self) -> dict[str, Any]:

@@ -47,7 +47,8 @@ from console.shared.times import TIME_FORMS, Instant, check_range, parse_past, p
 DATABASE_KINDS = ("enqueued", *CHANGE_KINDS, "side_effect_started")
 
 JournalOutcome = Literal["applied", "refused", "failed"]  # an operator journal row's outcome
-ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain", "abort", "pause", "resume", "revoke")
+ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain", "abort", "pause", "resume", "revoke",
+                             "accept", "decline")
 OUTCOMES: tuple[str, ...] = ("applied", "refused", "failed")
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "csv")
 # the columns of `audit export`, in order (the contract); every export appends EXPORT_ADDED after them

@@ -145,6 +145,7 @@ class Scrape(Row):
 
     live: list[LiveRow]
     totals: list[TotalRow]
+    orphaned_agents: int = 0  # migration 0018's rule (queries/views/orphans.sql)
 
 
 class AcceptWaitTotals:

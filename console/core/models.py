@@ -286,6 +286,7 @@ class TriageSnapshot(Row):
     rows: list[JobSummary]
     recent: list[RecentEvent] = []
     paused_tools: list[ToolSettings] = []  # migration 0016: whose calls wait for a resume
+    orphans: list[Orphan] = []  # migration 0018
 
 
 class Stretch(Row):
@@ -325,7 +326,7 @@ ActionResult = Applied | Refused
 
 AgentState = Literal["running", "draining", "aborting", "reconciling", "terminated"]
 ShutdownMode = Literal["drain", "abort"]
-ShutdownState = Literal["requested", "draining", "aborting", "reconciling", "terminated"]
+ShutdownState = Literal["proposed", "declined", "requested", "draining", "aborting", "reconciling", "terminated"]
 Resolution = Literal["completed", "failed", "cancelled", "cancel_unconfirmed", "outcome_unknown",
                      "never_started"]
 
@@ -348,6 +349,29 @@ class FleetAgent(Row):
     shutdown_id: uuid.UUID | None = None
     last_seen_age_seconds: float | None = None
     db_now: datetime
+    # migration 0018: the upgrade path's generations, and orphans (console/db's leasectl_orphans)
+    proposal_id: uuid.UUID | None = None
+    generation: int = 1
+    replaces: str | None = None
+    orphan_of: str | None = None
+    orphan_why: Literal["terminated", "silent"] | None = None
+    orphan_since: datetime | None = None
+
+    @property
+    def orphaned(self) -> bool:
+        return self.orphan_of is not None
+
+
+class Orphan(Row):
+    """An agent whose ancestor is terminated or silent while it still runs (migration 0018's rule)."""
+
+    agent_id: str
+    ancestor_id: str
+    why: Literal["terminated", "silent"]
+    since: datetime
+    kind: str
+    state: AgentState
+    proposal_id: uuid.UUID | None = None
 
 
 class Shutdown(Identified):
@@ -369,6 +393,11 @@ class Shutdown(Identified):
     record_id: uuid.UUID | None = None
     unaccounted: int | None = None
     db_now: datetime
+    # migration 0018: proposals and who decided them; the new generation that takes the queued calls
+    replacement_agent_id: str | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    calls_moved: int = 0
 
 
 class InFlightCall(Row):
@@ -404,6 +433,16 @@ class ChildEntry(Row):
     last_seen_at: datetime | None = None
 
 
+class MovedCall(Row):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    job_id: uuid.UUID
+    tool: str
+    from_agent_id: str
+    to_agent_id: str
+    at: datetime | None = None
+
+
 class ReconciliationRecord(Identified):
     """Written by the control plane before anything is called terminated; append-only."""
 
@@ -415,7 +454,10 @@ class ReconciliationRecord(Identified):
     grants_expired: list[GrantEntry] = []
     children_confirmed: list[ChildEntry] = []
     children_unaccounted: list[ChildEntry] = []
+    calls_moved: list[MovedCall] = []  # migration 0018: to the replacement's generation
     root_agent_id: str | None = None
+    replacement_agent_id: str | None = None
+    decided_by: str | None = None  # a proposal's: who accepted it
     mode: ShutdownMode | None = None
     requested_by: str | None = None
     reason: str | None = None
@@ -427,7 +469,7 @@ class ReconciliationRecord(Identified):
         """The record with exactly the contract's field names (what --json prints)."""
         return self.model_dump(mode="json", include={
             "id", "shutdown_id", "written_by", "written_at", "in_flight", "grants_revoked", "grants_expired",
-            "children_confirmed", "children_unaccounted"})
+            "children_confirmed", "children_unaccounted", "calls_moved"})
 
 
 class HeldGrant(Row):
@@ -459,6 +501,20 @@ class FleetSnapshot(Row):
 class ShutdownRequested(Row):
     shutdown: Shutdown
     request_id: uuid.UUID | None = None
+
+
+class ShutdownDecided(Row):
+    """A proposal accepted (now requested: the supervisor carries it out) or declined."""
+
+    id: uuid.UUID
+    root_agent_id: str
+    mode: ShutdownMode
+    state: ShutdownState
+    requested_by: str
+    reason: str
+    decided_by: str
+    decided_at: datetime
+    window_seconds: float
 
 
 class ShutdownRefused(Row):

@@ -18,6 +18,8 @@ from console.core.models import (
     GrantRow,
     JobSummary,
     Refused,
+    Shutdown,
+    ShutdownDecided,
     ShutdownMode,
     ShutdownRefused,
     ShutdownRequested,
@@ -133,11 +135,13 @@ MAX_WINDOW_SECONDS = 7 * 24 * 3600
 
 
 def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator: str, reason: str,
-                     window_seconds: float) -> ShutdownResult:
-    """Ask the control plane to drain or abort the subtree rooted at agent_id.
+                     window_seconds: float, replacement: str | None = None) -> ShutdownResult:
+    """Ask the control plane to drain or abort the subtree rooted at agent_id; with a replacement
+    (the upgrade path, migration 0018) its queued calls move to that new generation.
 
-    Refused (the truth, journaled) when the agent is not running or a shutdown over its subtree
-    is already under way; an operator who is an agent of that subtree is refused by the database.
+    Refused (the truth, journaled) when the agent is not running, a shutdown over its subtree is
+    already under way or proposed, or the replacement cannot take over; an operator who is an
+    agent of that subtree is refused by the database.
     """
     reason, operator = checked_words(reason, operator)
     if mode not in ("drain", "abort"):
@@ -151,7 +155,7 @@ def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator:
                                  f"(request {request_id})"):
         run(conn, "meta/request_id", request_id=str(request_id))
         row = run_one(conn, "operator/request_shutdown", root_agent_id=agent_id, mode=mode, requested_by=operator,
-                      reason=reason, window_seconds=window_seconds)
+                      reason=reason, window_seconds=window_seconds, replacement_agent_id=replacement)
     if row is not None:
         found = shutdown(conn, row["id"])
         assert found is not None
@@ -161,6 +165,30 @@ def request_shutdown(conn: Conn, agent_id: str, *, mode: ShutdownMode, operator:
         raise BadInput(f"no agent {sanitize(agent_id)}", hint="`leasectl fleet` lists the agents")
     return ShutdownRefused(mode=mode, root_agent_id=agent_id, reason=refusal["refusal"] or "refused",
                            request_id=request_id)
+
+
+def decide_shutdown(conn: Conn, shutdown_id: uuid.UUID, *, accept: bool, operator: str, reason: str,
+                    window_seconds: float | None = None) -> ShutdownDecided | Shutdown:
+    """Accept a proposed shutdown (it becomes requested; the supervisor carries it out) or decline
+    it. The decision (applied), or the shutdown as it is when it was no longer proposed; BadInput
+    for no such shutdown."""
+    reason, operator = checked_words(reason, operator)
+    if window_seconds is not None and not 0 < window_seconds <= MAX_WINDOW_SECONDS:
+        raise BadInput(f"the window must be more than 0 and at most {MAX_WINDOW_SECONDS} seconds "
+                       f"(got {window_seconds:g})")
+    verb = "accept" if accept else "decline"
+    request_id = uuid.uuid4()
+    with action_transaction(conn, f"the {verb} of shutdown {str(shutdown_id)[:8]}",
+                            look=f"`leasectl shutdowns` shows whether it was decided (request {request_id})"):
+        run(conn, "meta/request_id", request_id=str(request_id))
+        row = run_one(conn, "operator/decide_shutdown", shutdown_id=shutdown_id, operator=operator, accept=accept,
+                      reason=reason, window_seconds=window_seconds)
+    if row is not None:
+        return ShutdownDecided.model_validate(row)
+    found = shutdown(conn, shutdown_id)
+    if found is None:
+        raise BadInput(f"no shutdown {shutdown_id}", hint="`leasectl shutdowns` lists them")
+    return found
 
 
 def pause_tool(conn: Conn, tool: str, *, operator: str, reason: str) -> ToolPause | ToolSettings:

@@ -103,7 +103,8 @@ def scrape(conn: Conn, accept: AcceptWaitTotals | None = None) -> Scrape:
             kept.add([TotalRow.model_validate(r) for r in run(conn, "metrics/accept_wait", after=kept.through,
                                                                through=after)], through=after)
         tail = [TotalRow.model_validate(r) for r in run(conn, "metrics/accept_wait", after=after, through=EVERY_ID)]
-    return Scrape(live=live, totals=[*totals, *kept.with_tail(tail)])
+        orphans = run(conn, "views/orphans")
+    return Scrape(live=live, totals=[*totals, *kept.with_tail(tail)], orphaned_agents=len(orphans))
 
 
 def fold(conn: Conn, *, lag_seconds: float = 60.0) -> FoldResult:

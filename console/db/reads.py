@@ -20,6 +20,7 @@ from console.core.models import (
     Job,
     JobSummary,
     LineageRow,
+    Orphan,
     PayloadPreview,
     RecentEvent,
     ReconciliationRecord,
@@ -47,10 +48,11 @@ def triage(conn: Conn, limit: int = 200, recent_minutes: int = 10) -> TriageSnap
         rows = run(conn, "views/triage", limit=limit)
         recent = run(conn, "views/recent_events", minutes=recent_minutes, limit=12)
         paused = run(conn, "views/tools", name=None, paused_only=True)
+        orphaned = run(conn, "views/orphans")
     counts = Counts.model_validate(rows[0])
     return TriageSnapshot(counts=counts, rows=[JobSummary.model_validate(r) for r in rows if r["id"] is not None],
                           recent=[RecentEvent.model_validate(r) for r in recent],
-                          paused_tools=rows_as(ToolSettings, paused))
+                          paused_tools=rows_as(ToolSettings, paused), orphans=rows_as(Orphan, orphaned))
 
 
 def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, uuid.UUID] | None = None,
@@ -144,7 +146,7 @@ def fleet(conn: Conn, *, shutdown_limit: int = 20, grant_limit: int = 2000) -> F
     with conn.transaction():
         run(conn, "meta/snapshot")
         agents = [FleetAgent.model_validate(r) for r in run(conn, "views/fleet")]
-        under_way = [Shutdown.model_validate(r) for r in run(conn, "views/shutdowns", shutdown_id=None,
+        under_way = [Shutdown.model_validate(r) for r in run(conn, "views/shutdowns", id_low=None, id_high=None,
                                                                limit=shutdown_limit)]
         grants = [HeldGrant.model_validate(r) for r in run(conn, "views/grants", limit=grant_limit)]
     return FleetSnapshot(agents=agents, shutdowns=under_way, grants=grants)
@@ -172,8 +174,24 @@ def grant(conn: Conn, prefix: str) -> GrantRow:
 
 
 def shutdown(conn: Conn, shutdown_id: uuid.UUID) -> Shutdown | None:
-    row = run_one(conn, "views/shutdowns", shutdown_id=shutdown_id, limit=1)
+    row = run_one(conn, "views/shutdowns", id_low=shutdown_id, id_high=shutdown_id, limit=1)
     return Shutdown.model_validate(row) if row else None
+
+
+def shutdown_by_prefix(conn: Conn, prefix: str) -> Shutdown:
+    """The shutdown (or proposal) whose id is, or starts with, `prefix`; BadInput when none or several match."""
+    low, high = id_range(prefix)
+    rows = rows_as(Shutdown, run(conn, "views/shutdowns", id_low=low, id_high=high, limit=2))
+    if not rows:
+        raise BadInput(f"no shutdown {sanitize(prefix, max_chars=40)}", hint="`leasectl shutdowns` lists them")
+    if len(rows) > 1:
+        raise BadInput(f"'{sanitize(prefix, max_chars=40)}' is the start of several shutdowns' ids: give more of it")
+    return rows[0]
+
+
+def orphans(conn: Conn) -> list[Orphan]:
+    """The orphaned agents (migration 0018's rule), oldest first."""
+    return rows_as(Orphan, run(conn, "views/orphans"))
 
 
 def reconciliations(conn: Conn, limit: int = 100) -> list[ReconciliationRecord]:

@@ -43,8 +43,12 @@ SITUATIONS: list[tuple[float, str]] = [
     (17, "deadline_mid_stage"),  # a report chain whose deadline runs out while its second stage runs
     (24, "erp_batch"),         # a slow ERP batch keeps the ERP worker busy while a lease lies expired
     (26, "row_lock"),          # a long transaction holds a row lock; an operator action meets lock_timeout
+    (28, "orphan"),            # a research agent crashes; its scraper runs on: orphaned, an abort proposed
+    (32, "rollout"),           # the orchestrator rolls the planner tree to its next generation (once)
 ]
 CYCLE_SECONDS = 120.0
+# how long an ancestor is silent before its running children are orphans (x tempo; migration 0018's default)
+ORPHAN_AFTER_SECONDS = 60.0
 # a report's chain has this long (x tempo) from its first stage to its last
 REPORT_DEADLINE = 240.0
 
@@ -54,6 +58,8 @@ REPORT_DEADLINE = 240.0
 TREE: list[tuple[str, str | None]] = [("planner", None), ("retrieval", "planner"), ("code", "planner"),
                                       ("sandbox", "code"), ("review", "planner")]
 SILENT = "sandbox"
+# the orphan situation (docs/seeds.md §003's core failure): a root that crashes and a child that runs on
+ORPHAN_TREE: list[tuple[str, str | None]] = [("research", None), ("scraper", "research")]
 ROOTS = ["billing-agent", "ops-agent"]  # outside the tree: payments and operations
 # (grantee, kind, resource, issuer, lifetime in seconds x tempo): the rate-limit token expires
 # early on, so a record lists it as expired rather than revoked
@@ -102,17 +108,23 @@ class Fleet:
         self.last_keys: dict[str, str] = {}
         self.started = time.monotonic()
         self.agents: dict[str, str] = {}  # role in the tree (or a root's name) -> this generation's agent id
+        self.retiring: dict[str, str] = {}  # a rolled-out generation (role -> agent id) still shutting down
+        self.crashed: set[str] = set()  # agents that stopped heartbeating without a word (the orphan situation)
+        self._once: set[str] = set()  # situations that happen in the first cycle only
         self._refused: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def prepare(self, conn: Conn) -> None:
-        """Register the demo's tools with their lease sizing scaled by tempo, and the agents."""
+        """Register the demo's tools with their lease sizing scaled by tempo, and the agents; the
+        silence that makes an orphan scales with tempo too."""
         for tool in DEMO_TOOLS:
             scaled = dict(tool)
             for key in ("lease_seconds", "heartbeat_seconds", "jitter_seconds", "stage_timeout_seconds",
                         "min_time_left_seconds"):
                 scaled[key] = round(tool[key] * self.tempo, 3)
             run_one(conn, "admin/register_tool", **scaled)
+        run_one(conn, "admin/set_setting", name="fleet.orphan_after_seconds",
+                value=Jsonb(round(ORPHAN_AFTER_SECONDS * self.tempo, 3)))
         self.register_agents(conn)
 
     def register_agents(self, conn: Conn) -> None:
@@ -273,6 +285,8 @@ class Fleet:
             for offset, name in SITUATIONS:
                 if self.stop.wait(max(start + self.seconds(offset) - time.monotonic(), 0)):
                     return
+                if name in self._once:  # a first-cycle-only situation, already told
+                    continue
                 try:
                     self.say(f"situation: {name.replace('_', ' ')} (cycle {cycle + 1})")
                     getattr(self, f"_set_off_{name}")()
@@ -355,6 +369,87 @@ class Fleet:
     def _set_off_row_lock(self) -> None:
         self._background(self._hold_lock_and_try)
 
+    def _first_cycle_only(self, name: str) -> bool:
+        with self._lock:
+            if name in self._once:
+                return False
+            self._once.add(name)
+            return True
+
+    def _set_off_orphan(self) -> None:
+        """A research agent crashes (no more heartbeats, no word) while its scraper runs on, holding a
+        credential: after the silence the supervisor calls the scraper orphaned and proposes an
+        abort of its subtree. Nothing stops it until someone accepts (4 Fleet, `a`)."""
+        if not self._first_cycle_only("orphan"):
+            return
+
+        def start(conn: Conn) -> None:
+            known = {r["id"] for r in run(conn, "views/fleet")}
+            n = 1
+            while f"research-{n}" in known:  # a previous run's, on the same database
+                n += 1
+            names = {role: f"{role}-{n}" for role, _ in ORPHAN_TREE}
+            for role, parent in ORPHAN_TREE:
+                run_one(conn, "agent/register", agent_id=names[role], parent_id=names[parent] if parent else None,
+                        kind=role)
+            now = run_one(conn, "views/db_info")
+            assert now is not None
+            run_one(conn, "agent/grant", agent_id=names["scraper"], kind="credential", resource="news-api:key-7",
+                    issued_by=names["research"], expires_at=now["db_now"] + timedelta(seconds=self.seconds(3600)))
+            with self._lock:
+                self.crashed.add(names["research"])
+                self.agents["scraper"] = names["scraper"]
+            self.say(f"{names['research']} crashed without a word; {names['scraper']} runs on under it")
+
+        self._with_conn(start)
+
+    def _set_off_rollout(self) -> None:
+        """Drain, reconcile, restart (docs/seeds.md §003's upgrade path): the orchestrator registers the
+        planner tree's next generation (each agent `replaces` its predecessor), sends new work there,
+        and drains the old tree naming the new planner as its replacement: the supervisor moves the
+        old tree's queued calls to the agents of the same kind in the new one, and the record lists
+        them. The old sandbox goes silent, as ever: the record says it never confirmed."""
+        if not self._first_cycle_only("rollout"):
+            return
+        self._background(self._roll_out)
+
+    def _roll_out(self) -> None:
+        with self._lock:
+            old = {role: self.agents[role] for role, _ in TREE}
+        generation = int(old["planner"].rsplit("-", 1)[1]) + 1
+        new = {role: f"{role}-{generation}" for role, _ in TREE}
+        with connect(self.dsn, application_name="leasectl-demo-orchestrator") as conn:
+            states = {r["id"]: r["state"] for r in run(conn, "views/fleet")}
+            if states.get(old["planner"]) != "running" or new["planner"] in states:
+                # someone shut the tree down from the console first: roll out in a later cycle
+                with self._lock:
+                    self._once.discard("rollout")
+                self.say(f"the orchestrator postpones its rollout: {old['planner']} is "
+                         f"{states.get(old['planner'], 'gone')}")
+                return
+            for role, parent in TREE:
+                run_one(conn, "agent/register", agent_id=new[role], parent_id=new[parent] if parent else None,
+                        kind=role, replaces=old[role])
+            now = run_one(conn, "views/db_info")
+            assert now is not None
+            for grantee, kind, resource, issuer, lifetime in GRANTS:
+                run_one(conn, "agent/grant", agent_id=new[grantee], kind=kind, resource=resource,
+                        issued_by=new[issuer], expires_at=now["db_now"] + timedelta(seconds=self.seconds(lifetime)))
+            # work the old tree accepted and has not started: a batch of lookups and an export
+            for n in range(4):
+                self.enqueue(conn, "web_search", {"q": f"rollout backlog {n}"}, key_prefix="search:backlog",
+                             agent=old["retrieval"])
+            self.enqueue(conn, "report_export", {"report": "backlog", "stage": 1}, key_prefix="report:backlog:stage:1",
+                         agent=old["code"])
+            with self._lock:
+                self.retiring = dict(old)
+                self.agents.update(new)
+            self.say(f"the orchestrator started {new['planner']} (generation {generation}) and drains "
+                     f"{old['planner']}: its queued calls move to the new generation")
+            actions.request_shutdown(conn, old["planner"], mode="drain", operator="orchestrator",
+                                     reason=f"roll out {new['planner']}: new model version",
+                                     window_seconds=self.seconds(60), replacement=new["planner"])
+
     def _background(self, target: Callable[..., None], *args: Any) -> None:
         """A helper thread of a situation. The database may go away under it (a demo of a dead
         database, a Ctrl-C): it ends with a line in the log, never a traceback over the console."""
@@ -430,8 +525,10 @@ class Fleet:
                     fleet = {r["id"]: r for r in run(conn, "views/fleet")}
                     with self._lock:
                         mine = dict(self.agents)
-                    for role, agent in mine.items():
-                        if agent in silent:
+                        lives = [*mine.items(), *self.retiring.items()]
+                        crashed = set(self.crashed)
+                    for role, agent in lives:
+                        if agent in silent or agent in crashed or fleet.get(agent, {}).get("state") == "terminated":
                             continue
                         beat = run_one(conn, "agent/heartbeat", agent_id=agent)
                         if beat is None or not beat["shutting_down"]:

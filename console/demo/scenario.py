@@ -218,8 +218,10 @@ def stories() -> list[Story]:
     return s
 
 
-# the fleet (docs/seeds.md §003): a working tree, a drain in progress, and an abort already reconciled
-# with one grandchild that never confirmed it stopped
+# the fleet (docs/seeds.md §003): a working tree, a drain in progress that rolls the ingest tree to its
+# second generation (the upgrade path, migration 0018), an abort already reconciled with one grandchild
+# that never confirmed it stopped, and an orphan: a scraper still running under a research agent that
+# went silent, with the supervisor's proposal to abort it waiting for a human
 AGENTS: list[tuple[str, str | None, str, str, float, float | None, float | None]] = [
     # id, parent, kind, state, started, last seen, confirmed stopped
     ("planner-1", None, "planner", "running", -3600, -1, None),
@@ -236,7 +238,13 @@ AGENTS: list[tuple[str, str | None, str, str, float, float | None, float | None]
     ("triage-bot-1", "support-1", "triage", "terminated", -4900, -1255, -1262),
     ("mailer-1", "support-1", "mailer", "terminated", -4800, -1250, -1270),
     ("mailer-sandbox", "mailer-1", "sandbox", "terminated", -4700, -1310, None),
+    ("ingest-2", None, "ingest", "running", -75, -1, None),
+    ("crawler-3", "ingest-2", "crawler", "running", -74, -2, None),
+    ("research-1", None, "research", "running", -2000, -900, None),
+    ("scraper-1", "research-1", "scraper", "running", -1900, -3, None),
 ]
+# generation and the agent replaced, where not 1 and none
+LINEAGE: dict[str, tuple[int, str]] = {"ingest-2": (2, "ingest-1"), "crawler-3": (2, "crawler-1")}
 
 
 def _fixed_uuid(name: str) -> uuid.UUID:
@@ -248,7 +256,8 @@ def fleet_fixture() -> dict[str, list[dict[str, Any]]]:
         return at(t) if t is not None else None
 
     agents = [dict(id=a, parent_id=p, kind=k, state=st, started_at=at(t0), last_seen_at=maybe(seen),
-                   terminated_confirmed_at=maybe(done)) for a, p, k, st, t0, seen, done in AGENTS]
+                   terminated_confirmed_at=maybe(done), generation=LINEAGE.get(a, (1, None))[0],
+                   replaces=LINEAGE.get(a, (1, None))[1]) for a, p, k, st, t0, seen, done in AGENTS]
     grants = [
         dict(id=_fixed_uuid("g-sandbox"), agent_id="sandbox-1", kind="credential", resource="vault:prod-db/readonly",
              issued_by="code-1", issued_at=at(-3290), expires_at=at(2400), revoked_at=None, revoked_by=None),
@@ -262,13 +271,20 @@ def fleet_fixture() -> dict[str, list[dict[str, Any]]]:
         dict(id=_fixed_uuid("g-triage"), agent_id="triage-bot-1", kind="queue_reservation",
              resource="queue:tickets/slot-3", issued_by="support-1", issued_at=at(-4890), expires_at=at(-1500),
              revoked_at=None, revoked_by=None),
+        dict(id=_fixed_uuid("g-scraper"), agent_id="scraper-1", kind="credential", resource="news-api:key-7",
+             issued_by="research-1", issued_at=at(-1890), expires_at=at(1800), revoked_at=None, revoked_by=None),
     ]
     draining = _fixed_uuid("s-ingest")
     aborted = _fixed_uuid("s-support")
     shutdowns = [
         dict(id=draining, root_agent_id="ingest-1", mode="drain", state="draining", requested_by="dana",
              reason="moving the crawlers to the new cluster", requested_at=at(-61), window_seconds=300,
-             draining_at=at(-60), aborting_at=None, reconciling_at=None, finished_at=None),
+             draining_at=at(-60), aborting_at=None, reconciling_at=None, finished_at=None,
+             replacement_agent_id="ingest-2"),
+        dict(id=_fixed_uuid("s-scraper"), root_agent_id="scraper-1", mode="abort", state="proposed",
+             requested_by="supervisor@ops-1:4121", requested_at=at(-838), window_seconds=60,
+             reason=f"orphaned: research-1 is silent since {at(-900):%Y-%m-%d %H:%M:%S} UTC and scraper-1 still runs",
+             draining_at=None, aborting_at=None, reconciling_at=None, finished_at=None),
         dict(id=aborted, root_agent_id="support-1", mode="abort", state="terminated", requested_by="alice",
              reason="support bot mailing customers in a loop", requested_at=at(-1301), window_seconds=60,
              draining_at=None, aborting_at=at(-1300), reconciling_at=at(-1240), finished_at=at(-1230)),

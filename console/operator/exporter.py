@@ -94,6 +94,8 @@ GAUGES = {
                                      "ends them.", CALL_LABELS),
     "leasectl_outcome_unknown_calls": ("Calls waiting in outcome_unknown for a human: a side effect may "
                                        "have happened.", ["tool", "side_effect"]),
+    "leasectl_orphaned_agents": ("Agents whose ancestor is terminated or silent while they still run calls, hold "
+                                 "grants or heartbeat (seed 003's orphans; the supervisor proposes a shutdown).", []),
 }
 # not from a read: how old the values of this answer are (a scrape within the cache gets them again)
 AGE = ("leasectl_data_age_seconds", "Seconds since the database read these values come from: 0 when read for "
@@ -136,6 +138,7 @@ def families_of(scrape: Scrape) -> list[Metric]:
     out: dict[str, GaugeMetricFamily] = {name: GaugeMetricFamily(name, doc, labels=labels)
                               for name, (doc, labels) in GAUGES.items()}
     out["leasectl_up"].add_metric([], 1)
+    out["leasectl_orphaned_agents"].add_metric([], scrape.orphaned_agents)
     calls: dict[tuple[str, str], int] = defaultdict(int)
     holders: dict[tuple[str, str, str, str], dict[str, float]] = {}
     unknown: dict[tuple[str, str], int] = {}

@@ -7,7 +7,10 @@
 --   pause and resume (migration 0016) fleet_events tool_paused / tool_resumed (action pause or
 --   resume, applied; details.tool names the tool), and an operator's revocation of a grant
 --   (migration 0017) fleet_events operator_revoke (action revoke, applied; details.grant_id, kind
---   and resource; the agent is the grant's holder). Filters
+--   and resource; the agent is the grant's holder), and a decision on a proposed shutdown
+--   (migration 0018) fleet_events shutdown_accepted / shutdown_declined (action accept or
+--   decline, applied; details.mode and proposed_by). An agent's own refused proposal is not an
+--   operator's action and is left out. Filters
 --   combine; each null means no filter. A call's agent is tool_jobs.agent_id (it never changes);
 --   a shutdown's agent is the subtree's root; job_id selects calls only (a shutdown is no call's).
 --   Served by job_events_operator_idx / fleet_events_operator_idx (actor, at) for one operator,
@@ -45,14 +48,18 @@ with calls as (
 fleet as (
     select f.id as event_id, f.at, f.actor as operator,
            case f.kind when 'tool_paused' then 'pause' when 'tool_resumed' then 'resume'
-                       when 'operator_revoke' then 'revoke' else f.details ->> 'mode' end as action,
+                       when 'operator_revoke' then 'revoke'
+                       when 'shutdown_accepted' then 'accept' when 'shutdown_declined' then 'decline'
+                       else f.details ->> 'mode' end as action,
            case when f.kind = 'shutdown_refused' then 'refused' else 'applied' end as outcome,
            null::uuid as job_id, f.agent_id, f.reason, f.request_id, null::bigint as fencing_token,
            f.details || jsonb_strip_nulls(jsonb_build_object('shutdown_id', f.shutdown_id,
                                                              'grant_id', f.grant_id)) as details,
            'fleet' as source, f.db_role
     from fleet_events f
-    where f.kind in ('shutdown_requested', 'shutdown_refused', 'tool_paused', 'tool_resumed', 'operator_revoke')
+    where f.kind in ('shutdown_requested', 'shutdown_refused', 'tool_paused', 'tool_resumed', 'operator_revoke',
+                     'shutdown_accepted', 'shutdown_declined')
+      and not (f.kind = 'shutdown_refused' and f.details ? 'proposal')
       and :job_id::uuid is null
       and (:operator::text is null or f.actor = :operator::text)
       and (:agent::text is null or f.agent_id = :agent::text)
@@ -60,7 +67,9 @@ fleet as (
       and (:until::timestamptz is null or f.at <= :until::timestamptz)
       and (:action::text is null
            or case f.kind when 'tool_paused' then 'pause' when 'tool_resumed' then 'resume'
-                          when 'operator_revoke' then 'revoke' else f.details ->> 'mode' end = :action::text)
+                          when 'operator_revoke' then 'revoke'
+                       when 'shutdown_accepted' then 'accept' when 'shutdown_declined' then 'decline'
+                       else f.details ->> 'mode' end = :action::text)
       and (:outcome::text is null
            or case when f.kind = 'shutdown_refused' then 'refused' else 'applied' end = :outcome::text)
     order by f.at desc, f.id desc

@@ -3,5 +3,5 @@
 -- Parameters: none
 select id, root_agent_id, mode, state, requested_at
 from shutdowns
-where state <> 'terminated'
+where state in ('requested', 'draining', 'aborting', 'reconciling')  -- a proposal waits for a human
 order by requested_at, id

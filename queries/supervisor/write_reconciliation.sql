@@ -4,6 +4,9 @@
 --   cancel_unconfirmed (stopped while running without its worker confirming), outcome_unknown,
 --   never_started; every grant revoked vs. already expired; every agent of the subtree that
 --   confirmed it stopped vs. unaccounted. One record per shutdown, whoever writes first.
+--   A shutdown that named a replacement (migration 0018) lists the calls it moved to the new
+--   generation (calls_moved, and in in_flight as resolution `moved` with `moved_to`), and says of
+--   each queued call it cancelled instead why it did not move (`not_moved`).
 --   Run it after subtree_revoke_grants.sql in the same transaction: a grant not revoked by then
 --   is listed as expired.
 -- Zero rows: the record was already written (by another supervisor); nothing changed.
@@ -13,6 +16,19 @@ with shutdown as (
 ),
 tree as (
     select t.agent_id, t.depth from shutdown s cross join lateral leasectl_subtree(s.root_agent_id) t
+),
+moves as (
+    select (e.details ->> 'job_id')::uuid as job_id, e.kind, e.agent_id as from_agent_id,
+           e.details ->> 'to_agent_id' as to_agent_id, e.reason, e.at, e.id as event_id
+    from fleet_events e
+    where e.shutdown_id = :shutdown_id::uuid and e.kind in ('call_moved', 'call_not_moved')
+),
+moved as (
+    select distinct on (m.job_id) m.job_id, j.tool, m.from_agent_id, m.to_agent_id, m.at, j.attempt,
+           j.fencing_token, j.finished_at, j.created_at
+    from moves m join tool_jobs j on j.id = m.job_id
+    where m.kind = 'call_moved'
+    order by m.job_id, m.event_id desc
 ),
 calls as (
     select j.id, j.tool, j.agent_id, j.state, j.attempt, j.created_at, j.finished_at, j.fencing_token,
@@ -54,12 +70,20 @@ children as (
     cross join shutdown s
 )
 insert into reconciliation_records (shutdown_id, written_by, in_flight, grants_revoked, grants_expired,
-                                    children_confirmed, children_unaccounted)
+                                    children_confirmed, children_unaccounted, calls_moved)
 select s.id, :written_by::text,
        coalesce((select jsonb_agg(jsonb_build_object(
                             'job_id', c.id, 'tool', c.tool, 'resolution', c.resolution, 'agent_id', c.agent_id,
                             'attempt', c.attempt, 'fencing_token', c.fencing_token, 'finished_at', c.finished_at)
-                        order by c.created_at, c.id) from calls c), '[]'::jsonb),
+                        || coalesce((select jsonb_build_object('not_moved', m.reason) from moves m
+                                     where m.job_id = c.id and m.kind = 'call_not_moved'
+                                     order by m.event_id desc limit 1), '{}'::jsonb)
+                        order by c.created_at, c.id) from calls c), '[]'::jsonb)
+       || coalesce((select jsonb_agg(jsonb_build_object(
+                            'job_id', m.job_id, 'tool', m.tool, 'resolution', 'moved', 'agent_id', m.from_agent_id,
+                            'moved_to', m.to_agent_id, 'attempt', m.attempt, 'fencing_token', m.fencing_token,
+                            'finished_at', m.finished_at)
+                        order by m.created_at, m.job_id) from moved m), '[]'::jsonb),
        coalesce((select jsonb_agg(jsonb_build_object(
                             'grant_id', g.id, 'agent_id', g.agent_id, 'kind', g.kind, 'resource', g.resource,
                             'issued_by', g.issued_by, 'revoked_by', g.revoked_by, 'revoked_at', g.revoked_at,
@@ -80,8 +104,12 @@ select s.id, :written_by::text,
                             'agent_id', c.id, 'parent_id', c.parent_id, 'kind', c.kind, 'depth', c.depth,
                             'last_seen_at', c.last_seen_at)
                         order by c.depth, c.id)
-                 from children c where c.terminated_confirmed_at is null), '[]'::jsonb)
+                 from children c where c.terminated_confirmed_at is null), '[]'::jsonb),
+       coalesce((select jsonb_agg(jsonb_build_object(
+                            'job_id', m.job_id, 'tool', m.tool, 'from_agent_id', m.from_agent_id,
+                            'to_agent_id', m.to_agent_id, 'at', m.at)
+                        order by m.at, m.job_id) from moved m), '[]'::jsonb)
 from shutdown s
 on conflict (shutdown_id) do nothing
 returning id, shutdown_id, written_by, written_at, in_flight, grants_revoked, grants_expired,
-          children_confirmed, children_unaccounted
+          children_confirmed, children_unaccounted, calls_moved

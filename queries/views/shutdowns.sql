@@ -1,11 +1,16 @@
 -- Purpose: shutdowns as the Fleet screen shows them: those under way first, with the phase
 --   and the time left in its window (by the database clock), then the most recent finished.
---   With shutdown_id, just that one.
--- Zero rows: no shutdown was ever requested (or no such shutdown).
--- Parameters: shutdown_id (or null for all), limit
+--   With id_low and id_high, those whose id lies between (one id: both the same; an id's prefix:
+--   the range it covers, as views/grant.sql). Proposals (migration 0018) come first: nothing happens to
+--   them until a human decides; each shows who proposed it and why, and who decided. A shutdown
+--   that names a replacement says how many calls it moved to it.
+-- Zero rows: no shutdown was ever requested or proposed (or none in that range).
+-- Parameters: id_low, id_high (both null for all), limit
 select s.id, s.root_agent_id, s.mode, s.state, s.requested_by, s.reason, s.requested_at,
        s.window_seconds::float8 as window_seconds, s.draining_at, s.aborting_at, s.reconciling_at,
-       s.finished_at,
+       s.finished_at, s.replacement_agent_id, s.decided_by, s.decided_at,
+       (select count(*) from fleet_events e
+        where e.shutdown_id = s.id and e.kind = 'call_moved') as calls_moved,
        (select count(*) from leasectl_subtree(s.root_agent_id)) as agents,
        case s.state when 'draining' then s.draining_at
                     when 'aborting' then s.aborting_at
@@ -24,6 +29,6 @@ select s.id, s.root_agent_id, s.mode, s.state, s.requested_by, s.reason, s.reque
        leasectl_now() as db_now
 from shutdowns s
 left join reconciliation_records r on r.shutdown_id = s.id
-where :shutdown_id::uuid is null or s.id = :shutdown_id::uuid
-order by s.state = 'terminated', s.requested_at desc
+where :id_low::uuid is null or s.id between :id_low::uuid and :id_high::uuid
+order by s.state <> 'proposed', s.state in ('terminated', 'declined'), s.requested_at desc
 limit :limit::integer

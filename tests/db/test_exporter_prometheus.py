@@ -115,8 +115,8 @@ def _description(alert: str) -> str:
 
 
 def test_the_alert_rules_fire_on_the_seeds_signals(promtool, tmp_path):
-    """promtool's rule unit tests: an unknown outcome pages after a minute, an unheard cancel after
-    two, and neither fires on zero."""
+    """promtool's rule unit tests: an unknown outcome pages after a minute, an unheard cancel and
+    orphaned agents after two, and none fires on zero."""
     case = {
         "rule_files": [str(ALERTS)],
         "evaluation_interval": "1m",
@@ -129,6 +129,7 @@ def test_the_alert_rules_fire_on_the_seeds_signals(promtool, tmp_path):
                  "values": "0 0 0 0 0"},
                 {"series": 'leasectl_cancel_unheard_calls{tool="web_search",model="m",provider="p"}',
                  "values": "0 1 1 1 1"},
+                {"series": "leasectl_orphaned_agents", "values": "0 2 2 2 2"},
             ],
             "alert_rule_test": [
                 {"eval_time": "1m", "alertname": "LeasectlOutcomeUnknown", "exp_alerts": []},
@@ -144,6 +145,12 @@ def test_the_alert_rules_fire_on_the_seeds_signals(promtool, tmp_path):
                     "exp_annotations": {
                         "summary": "1 cancel(s) of web_search calls unheard for longer than 2H + J",
                         "description": _description("LeasectlCancelUnheard")}}]},
+                {"eval_time": "2m", "alertname": "LeasectlOrphanedAgents", "exp_alerts": []},
+                {"eval_time": "4m", "alertname": "LeasectlOrphanedAgents", "exp_alerts": [{
+                    "exp_labels": {"severity": "page"},
+                    "exp_annotations": {
+                        "summary": "2 orphaned agent(s): their ancestor is terminated or silent while they still run",
+                        "description": _description("LeasectlOrphanedAgents")}}]},
             ],
         }],
     }

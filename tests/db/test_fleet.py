@@ -47,7 +47,7 @@ def until_terminated(conn: Conn, shutdown_id, timeout: float = 20) -> dict:
     """Tick the control plane until the shutdown is over; the record it wrote."""
     def done():
         tick(conn, supervisor_id="sup-test", sweep=False)
-        return run_one(conn, "views/shutdowns", shutdown_id=shutdown_id, limit=1)["state"] == "terminated"
+        return run_one(conn, "views/shutdowns", id_low=shutdown_id, id_high=shutdown_id, limit=1)["state"] == "terminated"
     wait_until(done, timeout=timeout, interval=0.1, what="the shutdown to finish")
     return conn.execute("select * from reconciliation_records where shutdown_id = %s", (shutdown_id,)).fetchone()
 

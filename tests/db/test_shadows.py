@@ -380,6 +380,12 @@ REFUSALS = [
     Refusal("a check recorded under an old token", A, lambda w: w.running(A),
             "update public.tool_jobs set check_found = 'not_done', check_token = fencing_token - 1, "
             "checked_at = now() where id = %(id)s", "LCS14"),
+    # ---- the fleet's last gaps (0018)
+    Refusal("a new generation of an agent another login registered (its queued calls would move)", A,
+            lambda w: {}, "insert into public.agents (id, kind, replaces) "
+            "values (gen_random_uuid()::text, 'planner', 'planner-1')", "LCF09"),
+    Refusal("a shutdown proposed for another login's agent", A, lambda w: {},
+            "select * from public.leasectl_propose_shutdown('planner-1', 'abort', 'not mine')", "LCF09"),
     Refusal("claim by hand a call of a paused tool", A, _paused_queued, CLAIM_AS, "LCS15"),
     Refusal("claim by hand past the tool's max_running", A, _capped_full, CLAIM_AS, "LCS15"),
     Refusal("renew a lease past the call's hold", A, _held,

@@ -175,3 +175,37 @@ async def test_r_revokes_the_selected_agents_grant_with_a_reason_and_says_so(fle
     journal = conn.execute("select actor, reason from fleet_events where kind = 'operator_revoke'").fetchall()
     assert journal == [{"actor": "dana", "reason": "leaked in a build log"}]
     assert conn.execute("select count(*) as n from grants where revoked_at is null").fetchone()["n"] == 0
+
+
+async def test_an_orphan_is_labelled_and_a_accepts_the_supervisors_proposal(fleet):
+    """Migration 0018: planner-1 goes silent while sandbox-1 still holds a credential; the console
+    labels the orphan, the supervisor's one pass proposes an abort that starts nothing, and `a` on
+    the agent accepts it (a reason required) -- then, and only then, the supervisor carries it out."""
+    db, conn = fleet
+    conn.execute("update agents set last_seen_at = now() - interval '10 minutes' "
+                 "where id in ('planner-1', 'retrieval-1', 'review-1')")
+    app = make_app(db.dsn, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("1")
+        await settle(pilot, lambda: "ORPHANED" in screen_text(app))
+        assert "planner-1 silent for" in screen_text(app), screen_text(app)
+        await select_agent(pilot, "sandbox-1")
+        assert "ORPHANED" in screen_text(app) and "orphaned: planner-1" in screen_text(app)
+        await pilot.press("a")
+        await settle(pilot)
+        assert "Select a proposed shutdown" in notifications(app), "nothing proposed yet"
+        tick(conn, supervisor_id="sup-test", sweep=False)  # one pass: proposed, and nothing more
+        proposal = conn.execute("select id, root_agent_id, state from shutdowns").fetchone()
+        assert (proposal["root_agent_id"], proposal["state"]) == ("code-1", "proposed")
+        await settle(pilot, lambda: "waits for a human" in screen_text(app))  # the fleet's NOTIFY wakes the screen
+        await select_agent(pilot, "sandbox-1")
+        await pilot.press("a")
+        await dialog_ready(pilot, "What will change")
+        assert "Accept the proposed abort of code-1" in screen_text(app) and "sup-test" in screen_text(app)
+        await type_text(pilot, "the planner is not coming back")
+        await pilot.press("enter")
+        await settle(pilot, lambda: "ACCEPTED" in screen_text(app))
+    assert conn.execute("select state, decided_by from shutdowns").fetchone() == {"state": "requested",
+                                                                                 "decided_by": "dana"}
+    tick(conn, supervisor_id="sup-test", sweep=False)
+    assert conn.execute("select state from agents where id = 'sandbox-1'").fetchone()["state"] != "running"

@@ -34,6 +34,7 @@ from console.operator.cli.common import (
     print_json,
     refuse_if_read_only,
 )
+from console.operator.present.actions import decision_message
 from console.operator.present.tools import pause_message, tools_table
 from console.shared.errors import BadInput
 from console.shared.text import sanitize
@@ -59,8 +60,13 @@ def fleet(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
         err.print("no agent is registered")
 
 
+ReplacementOption = Annotated[str | None, typer.Option(
+    "--replacement", help="The upgrade path: an agent registered to replace this one (agent/register.sql's "
+                          "`replaces`); the subtree's queued calls move to its generation instead of being cancelled")]
+
+
 def _shutdown(mode: ShutdownMode, agent: str, reason: str, window: float, operator: str | None, yes: bool,
-              dsn: str | None) -> None:
+              dsn: str | None, replacement: str | None = None) -> None:
     if not reason.strip():
         raise BadInput("--reason must not be empty: it is journaled with the request")
     who = operator_option(operator)
@@ -71,10 +77,12 @@ def _shutdown(mode: ShutdownMode, agent: str, reason: str, window: float, operat
             raise BadInput(f"no agent {sanitize(agent)}", hint="`leasectl fleet` lists the agents")
         # the blast radius first: what the shutdown will touch, as read now
         err.print(present.subtree_summary(mode, tree, snapshot.grants))
+        if replacement:
+            err.print(f"queued calls move to {escape(sanitize(replacement, max_chars=80))}'s generation")
         if not yes:
             confirm(f"{mode.capitalize()} this subtree ({present.subtree_counts(tree)})?")
         result = actions.request_shutdown(conn, agent, mode=mode, operator=who, reason=reason,
-                                          window_seconds=window)
+                                          window_seconds=window, replacement=replacement)
     if isinstance(result, ShutdownRequested):
         answer(True, present.shutdown_message(result), f"shutdown {result.shutdown.id}, request {result.request_id}; "
                                                        "`leasectl supervise` carries it out")
@@ -85,23 +93,91 @@ def _shutdown(mode: ShutdownMode, agent: str, reason: str, window: float, operat
 @app.command()
 @friendly
 def drain(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 300.0,
+          replacement: ReplacementOption = None,
           operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
     """Drain a subtree: no new calls, queued ones cancelled, running ones get the window to finish.
 
-    Then what still runs is aborted, and the supervisor writes the reconciliation record. Without
+    Then what still runs is aborted, and the supervisor writes the reconciliation record. With
+    --replacement (the upgrade path) queued calls move to the new generation instead. Without
     --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
-    _shutdown("drain", agent, reason, window, operator, yes, dsn)
+    _shutdown("drain", agent, reason, window, operator, yes, dsn, replacement)
 
 
 @app.command()
 @friendly
 def abort(agent: AgentArgument, reason: ReasonOption, window: WindowOption = 60.0,
+          replacement: ReplacementOption = None,
           operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
     """Abort a subtree: running calls get cancel requested, the unconfirmed are fenced at the end.
 
     An unverifiable side effect goes to outcome unknown; then the subtree is reconciled. Without
     --yes it shows the subtree (agents, running and queued calls, live grants) and asks."""
-    _shutdown("abort", agent, reason, window, operator, yes, dsn)
+    _shutdown("abort", agent, reason, window, operator, yes, dsn, replacement)
+
+
+shutdowns_app = typer.Typer(name="shutdowns", add_completion=False, no_args_is_help=False,
+                            help="Shutdowns and proposals: list them; accept or decline a proposal.")
+app.add_typer(shutdowns_app)
+ShutdownArgument = Annotated[str, typer.Argument(help="The shutdown's id, or a unique prefix of it",
+                                                 show_default=False)]
+
+
+@shutdowns_app.callback(invoke_without_command=True)
+@friendly
+def shutdowns(ctx: typer.Context, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """Proposals first (an agent's, or the supervisor's for an orphan: they wait for a human), then
+    the shutdowns under way, then the finished."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect_for_reading(dsn) as conn:
+        found = reads.fleet(conn).shutdowns
+    if as_json:
+        print_json([s.model_dump(mode="json") for s in found])
+        return
+    if not found:
+        err.print("no shutdown was ever requested or proposed")
+        return
+    out.print(present.shutdowns_table(found))
+
+
+def _decide(accept: bool, shutdown_id: str, reason: str, window: float | None, operator: str | None, yes: bool,
+            dsn: str | None) -> None:
+    verb = "accept" if accept else "decline"
+    who = operator_option(operator)
+    with connect_for_acting(dsn, verb) as conn:
+        found = reads.shutdown_by_prefix(conn, shutdown_id)
+        if found.state == "proposed" and not yes:
+            err.print(present.proposal_summary(found))
+            if accept:
+                tree = subtree(reads.fleet(conn).agents, found.root_agent_id)
+                err.print(f"it will {found.mode} {present.subtree_counts(tree)}")
+            confirm(f"{verb.capitalize()} this proposal?")
+        result = actions.decide_shutdown(conn, found.id, accept=accept, operator=who, reason=reason,
+                                         window_seconds=window)
+    applied, words = decision_message(accept, result)
+    answer(applied, words, f"journaled as shutdown_{verb}{'ed' if accept else 'd'} with your name and reason"
+           if applied else "`leasectl shutdowns` shows who decided it")
+
+
+@shutdowns_app.command("accept")
+@friendly
+def accept(shutdown_id: ShutdownArgument, reason: ReasonOption,
+           window: Annotated[float | None, typer.Option("--window", help="Seconds for in-flight calls (default: "
+                                                                       "the proposal's)")] = None,
+           operator: OperatorOption = None, yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
+    """Accept a proposed shutdown: it becomes requested, and the supervisor carries it out.
+
+    Without --yes it shows the proposal and the subtree it would stop, and asks."""
+    _decide(True, shutdown_id, reason, window, operator, yes, dsn)
+
+
+@shutdowns_app.command("decline")
+@friendly
+def decline(shutdown_id: ShutdownArgument, reason: ReasonOption, operator: OperatorOption = None,
+            yes: ShutdownYesOption = False, dsn: DsnOption = None) -> None:
+    """Decline a proposed shutdown: it never starts (the supervisor does not propose it again for the
+    same silence)."""
+    _decide(False, shutdown_id, reason, None, operator, yes, dsn)
 
 
 @app.command()

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from console.core.actions import action_named
-from console.core.models import ActionResult, Applied, JobSummary, ShutdownRequested, ShutdownResult
+from console.core.models import (
+    ActionResult,
+    Applied,
+    JobSummary,
+    Shutdown,
+    ShutdownDecided,
+    ShutdownRequested,
+    ShutdownResult,
+)
 from console.operator.present.words import state_label
 from console.shared.text import counted, format_seconds, sanitize
 
@@ -234,3 +242,16 @@ def shutdown_message(result: ShutdownResult) -> str:
                 "writes the reconciliation record "
                 "before anything is terminated")
     return sanitize(result.reason, max_chars=300)
+
+
+def decision_message(accept: bool, result: ShutdownDecided | Shutdown) -> tuple[bool, str]:
+    """A decision on a proposed shutdown: (applied, what it means now)."""
+    if isinstance(result, ShutdownDecided):
+        if result.state == "requested":
+            return True, (f"the {result.mode} of {sanitize(result.root_agent_id, max_chars=80)} is requested "
+                          f"(window {result.window_seconds:g}s); the supervisor carries it out and writes the "
+                          "reconciliation record")
+        return True, f"the {result.mode} of {sanitize(result.root_agent_id, max_chars=80)} will not start (declined)"
+    verb = "accept" if accept else "decline"
+    who = f" by {sanitize(result.decided_by, max_chars=80)}" if result.decided_by else ""
+    return False, (f"nothing to {verb}: shutdown {result.short_id} is {result.state}{who}, no longer proposed")

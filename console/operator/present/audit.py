@@ -151,6 +151,10 @@ def target_words(a: OperatorAction) -> str:
     if a.action == "revoke":
         return (f"grant {sanitize(str((a.details or {}).get('grant_id') or '—')[:8])} "
                 f"of {sanitize(a.agent_id or '—', max_chars=80)}")
+    if a.action in ("accept", "decline"):  # a proposed shutdown (migration 0018)
+        d = a.details or {}
+        return (f"proposed {sanitize(str(d.get('mode') or 'shutdown'))} of {sanitize(a.agent_id or '—', max_chars=80)}"
+                f" (by {sanitize(str(d.get('proposed_by') or '—'), max_chars=80)})")
     return f"subtree of {sanitize(a.agent_id or '—', max_chars=80)}"
 
 

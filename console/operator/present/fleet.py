@@ -18,6 +18,8 @@ from console.core.models import (
     GrantEntry,
     GrantRow,
     HeldGrant,
+    InFlightCall,
+    Orphan,
     ReconciliationRecord,
     Shutdown,
 )
@@ -45,6 +47,7 @@ RESOLUTION_STYLE = {
     "never_started": "dim",
     "cancel_unconfirmed": "bold yellow",
     "outcome_unknown": "bold magenta",
+    "moved": "cyan",
 }
 RESOLUTION_MEANING = {
     "completed": "finished with a result",
@@ -53,7 +56,37 @@ RESOLUTION_MEANING = {
     "never_started": "queued when the shutdown came: never started",
     "cancel_unconfirmed": "stopped without its worker confirming: fenced out, may have run on",
     "outcome_unknown": "an unverifiable side effect may have happened: a human decides (approvals)",
+    "moved": "queued when the shutdown came: moved to the new generation, it runs there",
 }
+ORPHAN_MEANING = ("ORPHANED: an ancestor is terminated or silent while this agent still runs (calls, grants "
+                  "or heartbeats); the supervisor proposes an abort of its subtree, a human decides")
+
+
+def agent_state_text(agent: FleetAgent) -> Text:
+    """`running`, or `running ORPHANED` (loud) when its ancestor is gone (migration 0018)."""
+    text = Text(agent.state, AGENT_STATE_STYLE.get(agent.state, ""))
+    if agent.orphaned:
+        text.append(" ORPHANED", style="bold red")
+    return text
+
+
+def orphan_words(agent: FleetAgent, now: datetime | None = None) -> str:
+    """`orphaned: planner-1 silent for 12 minutes` / `... is terminated`; empty when it is not."""
+    if not agent.orphaned:
+        return ""
+    ancestor = sanitize(agent.orphan_of or "?", max_chars=ID_CHARS)
+    if agent.orphan_why == "terminated":
+        return f"orphaned: {ancestor} is terminated"
+    since = agent.orphan_since
+    silent = format_seconds(((now or agent.db_now) - since).total_seconds()) if since else "long"
+    return f"orphaned: {ancestor} silent for {silent}"
+
+
+def generation_words(agent: FleetAgent) -> str:
+    """`g2 (replaces planner-1)`, or `g1`."""
+    if agent.replaces:
+        return f"g{agent.generation} (replaces {sanitize(agent.replaces, max_chars=ID_CHARS)})"
+    return f"g{agent.generation}"
 
 
 def stopped_label(agent: FleetAgent) -> tuple[str, str]:
@@ -92,6 +125,10 @@ def seconds(value: float) -> str:
 
 def shutdown_phase(s: Shutdown, now: datetime | None = None) -> str:
     """`draining · 42 seconds left of 1 minute`, in the database's clock."""
+    if s.state == "proposed":
+        return "proposed · waits for a human decision"
+    if s.state == "declined":
+        return f"declined by {sanitize(s.decided_by or '?', max_chars=80)}"
     if s.state == "requested":
         return "requested · waiting for the supervisor (`leasectl supervise`)"
     if s.state == "terminated":
@@ -127,27 +164,15 @@ def fleet_tables(snapshot: FleetSnapshot) -> list[Table]:
     prefixes = tree_prefixes(snapshot.agents)
     widest = max((len(p) + len(sanitize(a.id, max_chars=ID_CHARS)) for p, a in zip(prefixes, snapshot.agents,
                                                                                     strict=True)), default=5)
-    for column in ("agent", "kind", "state", "seen ago", "running", "queued", "grants", "stopped"):
+    for column in ("agent", "kind", "gen", "state", "seen ago", "running", "queued", "grants", "stopped"):
         tree.add_column(column, no_wrap=True, overflow="ellipsis", min_width=widest if column == "agent" else None,
                         justify="right" if column in ("running", "queued") else "left")
     for prefix, a in zip(prefixes, snapshot.agents, strict=True):
         grants = f"{a.live_grants}" + (f" +{a.expired_grants} expired" if a.expired_grants else "")
-        tree.add_row(agent_name(prefix, a), one_line(a.kind, max_chars=40),
-                     Text(a.state, AGENT_STATE_STYLE.get(a.state, "")),
+        tree.add_row(agent_name(prefix, a), one_line(a.kind, max_chars=40), Text(generation_words(a)),
+                     agent_state_text(a),
                      Text(format_seconds(a.last_seen_age_seconds) if a.last_seen_at else "never"),
                      Text(str(a.running_calls)), Text(str(a.queued_calls)), Text(grants), Text(*stopped_label(a)))
-    shutdowns = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                      title="shutdowns", title_justify="left")
-    for column in ("shutdown", "subtree", "mode", "phase", "requested by", "reason", "requested"):
-        shutdowns.add_column(column, overflow="fold", no_wrap=column in ("shutdown", "mode"))
-    for s in snapshot.shutdowns:
-        loud = s.state == "terminated" and bool(s.unaccounted)
-        shutdowns.add_row(Text(s.short_id, style="bold"),
-                          t(f"{sanitize(s.root_agent_id, max_chars=ID_CHARS)} ({counted(s.agents, 'agent')})"),
-                          Text(s.mode),
-                          Text(shutdown_phase(s), "bold red" if loud else ""), t(s.requested_by, max_chars=80),
-                          t(s.reason, max_chars=300),
-                          Text(format_seconds((s.db_now - s.requested_at).total_seconds()) + " ago"))
     held = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
                  title="grants held (not revoked)", title_justify="left")
     for column in ("agent", "kind", "resource", "issued by", "expires"):
@@ -158,7 +183,48 @@ def fleet_tables(snapshot: FleetSnapshot) -> list[Table]:
                      t(g.issued_by, max_chars=ID_CHARS),
                      Text(f"in {format_seconds(left)}" if left > 0 else f"EXPIRED {format_seconds(-left)} ago",
                           "" if left > 0 else "dim"))
-    return [tree, shutdowns, held]
+    return [tree, shutdowns_table(snapshot.shutdowns), held]
+
+
+def subtree_words(s: Shutdown, *, compact: bool = False) -> str:
+    """`planner-1 (4 agents) → planner-2`: the subtree, and the generation that takes its queued calls
+    (compact, for a table cell: `planner-1 (4) → planner-2`)."""
+    size = str(s.agents) if compact else counted(s.agents, "agent")
+    words = f"{sanitize(s.root_agent_id, max_chars=ID_CHARS)} ({size})"
+    if s.replacement_agent_id:
+        words += f" → {sanitize(s.replacement_agent_id, max_chars=ID_CHARS)}"
+        if s.calls_moved and not compact:
+            words += f" ({counted(s.calls_moved, 'call')} moved)"
+    return words
+
+
+def shutdowns_table(shutdowns: list[Shutdown]) -> Table:
+    """`leasectl fleet` and `leasectl shutdowns`: proposals first (they wait for a human), then those
+    under way, then the finished."""
+    table = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  title="shutdowns", title_justify="left")
+    for column in ("shutdown", "subtree", "mode", "phase", "asked by", "reason", "asked"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("shutdown", "mode"))
+    for s in shutdowns:
+        loud = (s.state == "terminated" and bool(s.unaccounted)) or s.state == "proposed"
+        asked = sanitize(s.requested_by, max_chars=80) + (
+            f"; {'accepted' if s.state != 'declined' else 'declined'} by {sanitize(s.decided_by, max_chars=80)}"
+            if s.decided_by else "")
+        table.add_row(Text(s.short_id, style="bold"), t(subtree_words(s)), Text(s.mode),
+                      Text(shutdown_phase(s), ("bold yellow" if s.state == "proposed" else "bold red") if loud else ""),
+                      t(asked, max_chars=200), t(s.reason, max_chars=300),
+                      Text(format_seconds((s.db_now - s.requested_at).total_seconds()) + " ago"))
+    if any(s.state == "proposed" for s in shutdowns):
+        table.caption = ("a proposal starts nothing by itself: leasectl shutdowns accept ID --reason R "
+                         "(or decline ID)")
+        table.caption_justify = "left"
+    return table
+
+
+def proposal_summary(s: Shutdown) -> str:
+    """What an accept starts, in one line (plain text; the CLI escapes it)."""
+    return (f"shutdown {s.short_id}: {s.state} {s.mode} of {subtree_words(s)}, proposed by "
+            f"{sanitize(s.requested_by, max_chars=80)}: {sanitize(s.reason, max_chars=300)}")
 
 
 def subtree_counts(tree: list[FleetAgent]) -> str:
@@ -236,13 +302,29 @@ def grant_line(g: GrantEntry, *, revoked: bool) -> Text:
 def record_title(record: ReconciliationRecord) -> Text:
     title = Text()
     title.append(f"reconciliation {record.short_id}", style="bold")
-    title.append(f" · {record.mode} of {sanitize(record.root_agent_id, max_chars=ID_CHARS)} asked by "
-                 f"{sanitize(record.requested_by, max_chars=ID_CHARS)}: {sanitize(record.reason, max_chars=300)}")
+    to = f" → {sanitize(record.replacement_agent_id, max_chars=ID_CHARS)}" if record.replacement_agent_id else ""
+    asked = (f"proposed by {sanitize(record.requested_by, max_chars=ID_CHARS)}, accepted by "
+             f"{sanitize(record.decided_by, max_chars=ID_CHARS)}" if record.decided_by
+             else f"asked by {sanitize(record.requested_by, max_chars=ID_CHARS)}")
+    title.append(f" · {record.mode} of {sanitize(record.root_agent_id, max_chars=ID_CHARS)}{to} {asked}: "
+                 f"{sanitize(record.reason, max_chars=300)}")
     took = (record.written_at - record.requested_at).total_seconds() if record.requested_at else None
     title.append(f"\nrequested {when(record.requested_at)} · written {when(record.written_at)} by "
                  f"{sanitize(record.written_by, max_chars=ID_CHARS)}"
                  + (f" ({format_seconds(took)} later)" if took else ""), style="dim")
     return title
+
+
+def call_meaning(call: InFlightCall) -> str:
+    """What a record's call resolution means, with where it moved or why it did not (migration 0018)."""
+    extra = call.model_extra or {}
+    if extra.get("moved_to"):
+        return f"queued when the shutdown came: moved to {sanitize(str(extra['moved_to']), max_chars=ID_CHARS)}, " \
+               "it runs in the new generation"
+    meaning = RESOLUTION_MEANING.get(call.resolution, "")
+    if extra.get("not_moved"):
+        meaning += f" (not moved: {sanitize(str(extra['not_moved']), max_chars=200)})"
+    return meaning
 
 
 def resolution_words(resolution: str) -> tuple[str, str]:
@@ -265,7 +347,7 @@ def reconciliation_panel(record: ReconciliationRecord) -> Panel:
         body.add_row(Text("in flight", style="dim"),
                      Text.assemble((words, style), f"  {str(call.job_id)[:8]} {sanitize(call.tool, max_chars=60)} "
                                                    f"(agent {sanitize(call.agent_id, max_chars=ID_CHARS)}) — "
-                                                   f"{RESOLUTION_MEANING.get(call.resolution, '')}"))
+                                                   f"{call_meaning(call)}"))
     if not record.in_flight:
         body.add_row(Text("in flight", style="dim"), Text("no call was in flight"))
     for g in record.grants_revoked:
@@ -275,3 +357,20 @@ def reconciliation_panel(record: ReconciliationRecord) -> Panel:
     return Panel(body, title=Text(head, style="bold"), title_align="left",
                  border_style="red" if record.children_unaccounted else "")
 
+
+
+def orphans_summary(orphans: list[Orphan], now: datetime) -> str | None:
+    """Triage's line: `2 ORPHANED agents — code-1, sandbox-1 (planner-1 silent for 12m): an abort is
+    proposed, waiting for a human (4 Fleet, a accepts)`; None when there is none."""
+    if not orphans:
+        return None
+    names = ", ".join(sanitize(o.agent_id, max_chars=40) for o in orphans[:4]) + (
+        f" and {len(orphans) - 4} more" if len(orphans) > 4 else "")
+    causes = sorted({(o.ancestor_id, o.why, o.since) for o in orphans}, key=lambda c: c[2])
+    ancestor, why, since = causes[0]
+    silent = f"silent for {format_seconds((now - since).total_seconds())}"
+    cause = f"{sanitize(ancestor, max_chars=40)} " + ("is terminated" if why == "terminated" else silent)
+    pending = sum(1 for o in orphans if o.proposal_id is not None)
+    then = ("a shutdown is proposed, waiting for a human (4 Fleet: a accepts, n declines)" if pending
+            else "4 Fleet shows them; the supervisor proposes a shutdown")
+    return f"{counted(len(orphans), 'ORPHANED agent')} — {names} ({cause}): {then}"

@@ -72,7 +72,7 @@ def page_bindings(noun: str) -> list[BindingType]:
             Binding("home", "first_page", "Newest", show=False, tooltip=f"Back to the newest {noun}")]
 
 # the actions that change data: never offered on a read-only session
-CHANGES_DATA = frozenset({"act", "drain", "abort", "revoke"})
+CHANGES_DATA = frozenset({"act", "drain", "abort", "revoke", "accept_proposal", "decline_proposal"})
 
 
 class PollingScreen(Screen[None]):

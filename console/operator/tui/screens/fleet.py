@@ -4,6 +4,10 @@ Each agent with its state, when it was last seen, its running and queued calls a
 it still holds; the shutdowns under way with the time left in their window (by the database's
 clock, ticking). `d` drains and `x` aborts the selected agent's subtree through the same dialog
 rules as the call actions; `enter` on a finished shutdown opens its reconciliation record.
+Migration 0018: an orphaned agent (its ancestor terminated or silent while it still runs) is
+labelled ORPHANED; proposals (an agent's, or the supervisor's for an orphan) come first among the
+shutdowns and start only when a human accepts one (`a`) -- or declines it (`n`); each agent's
+generation, and the agent it replaces, is shown (the upgrade path: drain, reconcile, restart).
 """
 
 from __future__ import annotations
@@ -28,11 +32,15 @@ from console.operator.present.calls import label_grid
 from console.operator.present.fleet import (
     AGENT_STATE_STYLE,
     ID_CHARS,
+    ORPHAN_MEANING,
+    generation_words,
     grant_words,
     live_grants_of,
+    orphan_words,
     shutdown_phase,
     stopped_label,
     subtree_counts,
+    subtree_words,
 )
 from console.operator.present.words import clock
 from console.operator.tui.cells import Cell
@@ -40,10 +48,11 @@ from console.operator.tui.screens.base import CLEAR_FILTER_BINDING, FieldListScr
 from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
 from console.shared.text import counted, format_seconds, sanitize
 
-AGENT_COLUMNS = [Column("agent", "agent", 26, 0), Column("state", "state", 11, 0), Column("seen", "seen ago", 8, 0),
+AGENT_COLUMNS = [Column("agent", "agent", 26, 0), Column("state", "state", 11, 0), Column("gen", "gen", 3, 3),
+                 Column("seen", "seen ago", 8, 0),
                  Column("stopped", "stopped", 9, 1), Column("running", "calls", 5, 2), Column("queued", "queued", 6, 3),
                  Column("grants", "grants", 9, 4), Column("kind", "kind", 9, 5)]
-SHUTDOWN_COLUMNS = [Column("id", "shutdown", 8, 0), Column("subtree", "subtree", 20, 0),
+SHUTDOWN_COLUMNS = [Column("id", "shutdown", 8, 0), Column("subtree", "subtree", 30, 0),
                     Column("phase", "phase", 44, 0), Column("mode", "mode", 5, 1), Column("by", "asked by", 10, 2),
                     Column("reason", "reason", 44, 3)]
 
@@ -66,6 +75,10 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         Binding("d", "drain", "Drain subtree", tooltip="Drain the selected agent's subtree (reason, window)"),
         Binding("x", "abort", "Abort subtree", tooltip="Abort the selected agent's subtree (reason, window)"),
         Binding("r", "revoke", "Revoke grant", tooltip="Revoke one live grant of the selected agent (reason)"),
+        Binding("a", "accept_proposal", "Accept proposal",
+                tooltip="Start the proposed shutdown over the selected agent or shutdown (reason)"),
+        Binding("n", "decline_proposal", "Decline proposal", show=False,
+                tooltip="Decline the proposed shutdown over the selected agent or shutdown (reason)"),
         Binding("enter", "open_record", "Open record", tooltip="On a finished shutdown: its reconciliation record"),
         Binding("tab", "switch_table", "Next table", show=False, tooltip="Agents ↔ shutdowns"),
         CLEAR_FILTER_BINDING,
@@ -81,7 +94,8 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         yield from self.list_beside_pane("agents", "Agents — the delegation tree (calls = running calls)",
                                          AGENT_COLUMNS, "No agent is registered.")
         with Vertical(id="fleet-bottom"):
-            yield Label("Shutdowns — under way first (tab: select one, enter: its record)", classes="section-title")
+            yield Label("Shutdowns — proposals, then under way (tab: select one, a/n: accept/decline a proposal, "
+                        "enter: its record)", classes="section-title")
             yield LiveTable(SHUTDOWN_COLUMNS, id="shutdowns")
         yield Footer()
 
@@ -114,7 +128,9 @@ class FleetScreen(FieldListScreen[FleetAgent]):
     def _agent_cells(prefix: str, a: FleetAgent, now: datetime | None) -> dict[str, Cell]:
         grants = f"{a.live_grants}" + (f" +{a.expired_grants} exp." if a.expired_grants else "")
         return {"agent": Cell(prefix + sanitize(a.id, max_chars=ID_CHARS), "bold" if a.depth == 0 else ""),
-                "kind": Cell(a.kind), "state": Cell(a.state, AGENT_STATE_STYLE.get(a.state, "")),
+                "kind": Cell(a.kind), "gen": Cell(f"g{a.generation}", "bold" if a.replaces else "dim"),
+                "state": (Cell("ORPHANED", "bold red") if a.orphaned
+                          else Cell(a.state, AGENT_STATE_STYLE.get(a.state, ""))),
                 "seen": _seen(a, now),
                 "running": Cell(a.running_calls or "·", "bold" if a.running_calls else "dim"),
                 "queued": Cell(a.queued_calls or "·", "dim"),
@@ -124,9 +140,8 @@ class FleetScreen(FieldListScreen[FleetAgent]):
     @staticmethod
     def _shutdown_cells(s: Shutdown, now: datetime | None) -> dict[str, Cell]:
         loud = s.state == "terminated" and bool(s.unaccounted)
-        phase_style = "bold red" if loud else ("bold yellow" if s.state != "terminated" else "dim")
-        return {"id": Cell(s.short_id, "bold"), "subtree": Cell(f"{sanitize(s.root_agent_id, max_chars=40)} "
-                                                                f"({s.agents})"),
+        phase_style = "bold red" if loud else ("bold yellow" if s.state not in ("terminated", "declined") else "dim")
+        return {"id": Cell(s.short_id, "bold"), "subtree": Cell(subtree_words(s, compact=True)),
                 "mode": Cell(s.mode, "bold red" if s.mode == "abort" else ""),
                 "phase": Cell(shutdown_phase(s, now), phase_style), "by": Cell(s.requested_by),
                 "reason": Cell(s.reason)}
@@ -134,7 +149,7 @@ class FleetScreen(FieldListScreen[FleetAgent]):
     def tick(self, now: datetime) -> None:
         shutdowns = self.query_one("#shutdowns", LiveTable)
         for s in self.snapshot.shutdowns:
-            if s.state not in ("terminated", "requested"):
+            if s.state in ("draining", "aborting", "reconciling"):
                 shutdowns.update_cells(str(s.id), {"phase": self._shutdown_cells(s, now)["phase"]})
         agents = self.query_one("#agents", LiveTable)
         for a in self.shown:
@@ -193,6 +208,9 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         line("kind", agent.kind)
         line("parent", agent.parent_id or "— (a root)")
         line("state", agent.state, AGENT_STATE_STYLE.get(agent.state, ""))
+        line("generation", generation_words(agent))
+        if agent.orphaned:
+            line("ORPHANED", orphan_words(agent, self.now()), "bold red")
         line("started", clock(agent.started_at))
         line("last seen", clock(agent.last_seen_at) if agent.last_seen_at else "never")
         if agent.state != "running":
@@ -209,9 +227,18 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         if under_way:
             line("shutdown", f"{under_way.mode} of {under_way.root_agent_id}: {shutdown_phase(under_way, now)}",
                  "bold yellow")
+        proposal = next((s for s in self.snapshot.shutdowns if s.id == agent.proposal_id), None)
+        if proposal:
+            line("proposed", f"{proposal.mode} of {proposal.root_agent_id} by {proposal.requested_by}: "
+                             f"{proposal.reason}", "bold yellow")
         subtree_text = Text()
         subtree_text.append(f"\nSubtree: {subtree_counts(tree)}.", style="bold")
-        if agent.state == "running" and under_way is None:
+        if agent.orphaned:
+            subtree_text.append(f"\n{ORPHAN_MEANING}.", style="red")
+        if proposal:
+            subtree_text.append("\na accepts the proposal (the supervisor carries it out), n declines it.",
+                                style="bold")
+        elif agent.state == "running" and under_way is None:
             subtree_text.append("\nd drains it (calls finish in a window), x aborts it (cancel now).", style="dim")
         return Group(grid, subtree_text)
 
@@ -220,11 +247,17 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         for label, value, style in (
                 ("shutdown", str(s.id), "bold"), ("subtree", f"{s.root_agent_id} ({counted(s.agents, 'agent')})", ""),
                 ("mode", s.mode, ""), ("asked by", s.requested_by, ""), ("reason", s.reason, ""),
+                ("decided by", s.decided_by or "—", ""), ("replacement", s.replacement_agent_id or "—", ""),
                 ("requested", clock(s.requested_at), ""), ("draining", clock(s.draining_at), ""),
                 ("aborting", clock(s.aborting_at), ""), ("reconciling", clock(s.reconciling_at), ""),
                 ("finished", clock(s.finished_at), ""), ("now", shutdown_phase(s, self.now()), "bold")):
             grid.add_row(Text(label), Text(sanitize(value, max_chars=300), style=style))
-        if s.record_id is None:
+        if s.state == "proposed":
+            after = Text("\nProposed: nothing happens until a human decides — a accepts, n declines.",
+                         style="bold yellow")
+        elif s.state == "declined":
+            after = Text("\nDeclined: it never started.", style="dim")
+        elif s.record_id is None:
             after = Text("\nNo reconciliation record yet: nothing is terminated before it is written.", style="dim")
         elif s.unaccounted:
             after = Text(f"\n{counted(s.unaccounted, 'agent')} UNACCOUNTED — enter opens the record.", style="bold red")
@@ -266,6 +299,36 @@ class FleetScreen(FieldListScreen[FleetAgent]):
         from console.operator.tui.screens.revoke import RevokeDialog
 
         self.app.push_screen(RevokeDialog(agent, grants, now, seen_at=self.fetched_at), lambda _result: self.wake())
+
+    def _proposal(self) -> Shutdown | None:
+        """The proposal the selection points at: the shutdown in focus, or the one over the agent."""
+        if self.focused is self.query_one("#shutdowns", LiveTable):
+            chosen = self.selected_shutdown()
+        else:
+            agent = self.selected_agent()
+            chosen = next((s for s in self.snapshot.shutdowns if agent and s.id == agent.proposal_id), None)
+        if chosen is not None and chosen.state == "proposed":
+            return chosen
+        # nothing proposed selected: the one proposal there is, if there is just one
+        proposed = [s for s in self.snapshot.shutdowns if s.state == "proposed"]
+        return proposed[0] if len(proposed) == 1 else None
+
+    def action_accept_proposal(self) -> None:
+        self._decide(accept=True)
+
+    def action_decline_proposal(self) -> None:
+        self._decide(accept=False)
+
+    def _decide(self, *, accept: bool) -> None:
+        proposal = self._proposal()
+        if proposal is None:
+            self.app.notify("Select a proposed shutdown (tab moves to the shutdowns), or an agent under one.",
+                            title="No proposal", severity="warning")
+            return
+        from console.operator.tui.screens.decide import DecideDialog
+
+        self.app.push_screen(DecideDialog(proposal, self.snapshot.agents, accept=accept, seen_at=self.fetched_at),
+                             lambda _result: self.wake())
 
     def action_open_record(self) -> None:
         shutdown = self.selected_shutdown()

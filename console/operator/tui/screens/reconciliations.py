@@ -25,6 +25,7 @@ from console.operator.present.fleet import (
     ID_CHARS,
     RESOLUTION_MEANING,
     RESOLUTION_STYLE,
+    call_meaning,
     grant_line,
     record_title,
     resolution_words,
@@ -181,7 +182,7 @@ class RecordScreen(PollingScreen):
                 "call": Cell(str(call.job_id)[:8], "bold"), "tool": Cell(call.tool),
                 "agent": Cell(call.agent_id or "—"),
                 "resolution": Cell(words, style), "token": Cell(extra.get("fencing_token", "")),
-                "meaning": Cell(RESOLUTION_MEANING.get(call.resolution, ""), "dim")}))
+                "meaning": Cell(call_meaning(call), "dim")}))
         table = self.query_one("#in-flight", LiveTable)
         keyed_rows(table, rows)
         table.display = bool(record.in_flight)

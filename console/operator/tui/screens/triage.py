@@ -21,7 +21,7 @@ from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.counts import CountsStrip
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
-from console.operator.tui.widgets.paused import PausedLine
+from console.operator.tui.widgets.paused import OrphansLine, PausedLine
 from console.operator.tui.widgets.status import TopChrome
 from console.shared.text import counted
 from console.shared.times import Instant, parse_past
@@ -57,6 +57,7 @@ class TriageScreen(CallListScreen):
         yield TopChrome()
         yield CountsStrip()
         yield PausedLine()
+        yield OrphansLine()
         yield FilterBar(placeholder=grammar())
         yield FilterLine()
         yield CallTable(COLUMNS, id="attention", markable=True)
@@ -85,6 +86,7 @@ class TriageScreen(CallListScreen):
         self.show_filter_line(matched=len(rows) if not self.where.empty else None, total=len(data.rows))
         self.query_one("#recent", Static).update(self._recent(data))
         self.query_one(PausedLine).show_tools(data.paused_tools, data.counts.db_now)
+        self.query_one(OrphansLine).show_orphans(data.orphans, data.counts.db_now)
         empty = self.query_one("#empty", Static)
         empty.display = not rows
         if not rows:

@@ -1,5 +1,7 @@
-"""The paused tools' line (migration 0016), shown by Triage and Metrics: who paused which tool,
-why, and how many of its calls wait; hidden while no tool is paused."""
+"""One-line notices over Triage's table, hidden while there is nothing to say: the paused tools
+(migration 0016; Triage and Metrics) -- who paused which tool, why, how many of its calls wait --
+and the orphaned agents (migration 0018; Triage) -- children still running under a terminated or
+silent ancestor, and whether a proposal to stop them waits for a human."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ from datetime import datetime
 from rich.text import Text
 from textual.widgets import Static
 
-from console.core.models import ToolSettings
+from console.core.models import Orphan, ToolSettings
+from console.operator.present.fleet import orphans_summary
 from console.operator.present.tools import paused_summary
 
 
-class PausedLine(Static):
+class NoticeLine(Static):
     DEFAULT_CSS = """
-    PausedLine {
+    NoticeLine {
         height: auto;
         max-height: 2;
         padding: 0 1;
@@ -22,7 +25,16 @@ class PausedLine(Static):
     }
     """
 
+    def say(self, words: str | None, style: str) -> None:
+        self.display = words is not None
+        self.update(Text(words or "", style=style))
+
+
+class PausedLine(NoticeLine):
     def show_tools(self, tools: list[ToolSettings], now: datetime) -> None:
-        summary = paused_summary(tools, now)
-        self.display = summary is not None
-        self.update(Text(summary or "", style="bold yellow"))
+        self.say(paused_summary(tools, now), "bold yellow")
+
+
+class OrphansLine(NoticeLine):
+    def show_orphans(self, orphans: list[Orphan], now: datetime) -> None:
+        self.say(orphans_summary(orphans, now), "bold red")
