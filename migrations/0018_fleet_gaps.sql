@@ -502,6 +502,45 @@ begin
 end $$;
 
 -- ---------------------------------------------------------------------------------------
+-- The claim takes its slots itself (queries/worker/claim.sql calls leasectl_take_slot for each cap
+-- it knows applies), one function call and a tools lookup fewer than through leasectl_claim_room,
+-- which the guard keeps calling to check them. leasectl_take_slot answers true for a call that
+-- holds a slot already and never gives one call a second slot of a cap: a worker login that calls
+-- it by hand can take no more than the claim would. The guard's check, leasectl_claim_room, first
+-- asks in one lookup whether the call holds a slot of each cap that applies (what a claim through
+-- worker/claim.sql always finds), and takes slots only for a claim written by hand.
+create or replace function public.leasectl_claim_room(p_tool text, p_agent text, p_job uuid) returns boolean
+language plpgsql volatile security definer set search_path = pg_catalog, public, pg_temp as $$
+begin
+    if exists (select 1 from public.tools t
+               where t.name = p_tool
+                 and (t.max_running is null
+                      or exists (select 1 from public.leasectl_cap_slots s
+                                 where s.kind = 'tool' and s.key = p_tool and s.job_id = p_job))
+                 and (p_agent is null
+                      or not exists (select 1 from public.agents a where a.id = p_agent and a.max_running is not null)
+                      or exists (select 1 from public.leasectl_cap_slots s
+                                 where s.kind = 'agent' and s.key = p_agent and s.job_id = p_job))) then
+        return true;
+    end if;
+    -- a claim written by hand: 0016's way, the tool's slot first
+    if exists (select 1 from public.tools t where t.name = p_tool and t.max_running is not null)
+       and not public.leasectl_take_slot('tool', p_tool, p_job) then
+        return false;
+    end if;
+    return p_agent is null
+        or not exists (select 1 from public.agents a where a.id = p_agent and a.max_running is not null)
+        or public.leasectl_take_slot('agent', p_agent, p_job);
+end $$;
+
+do $$
+begin
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_worker') then
+        grant execute on function public.leasectl_take_slot(text, text, uuid) to leasectl_worker;
+    end if;
+end $$;
+
+-- ---------------------------------------------------------------------------------------
 -- The operator journal's fleet rows (0017's indexes, for the decisions)
 drop index public.fleet_events_operator_idx;
 drop index public.fleet_events_operator_at_idx;

@@ -68,15 +68,19 @@ candidate as (
     union all
     select * from fresh
 ),
--- A capped call takes its slots now (leasectl_claim_room), or is not claimed this time: another
--- claimer took the last free one since this statement's snapshot. In the select list, so that it
--- runs for the chosen call only (a condition could be evaluated on other rows before the join).
+-- A capped call takes a slot of each cap now (leasectl_take_slot, the tool's first), or is not
+-- claimed this time: another claimer took the last free one since this statement's snapshot. In
+-- the select list, so that it runs for the chosen call only (a condition could be evaluated on
+-- other rows before the join). The guard checks the slots again (leasectl_claim_room).
 slotted as materialized (
     select c.id,
            case when c.max_running is null
                      and not exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
                 then true
-                else leasectl_claim_room(c.tool, c.agent_id, c.id) end as has_room
+                when c.max_running is not null and not leasectl_take_slot('tool', c.tool, c.id) then false
+                when exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
+                then leasectl_take_slot('agent', c.agent_id, c.id)
+                else true end as has_room
     from candidate c
 )
 update tool_jobs j
