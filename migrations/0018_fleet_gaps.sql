@@ -270,6 +270,39 @@ begin
     return jsonb_build_object('refusal', null);
 end $$;
 
+-- A shutdown opened (requested by an operator, proposed by an agent or the control plane), or
+-- its refusal journaled with the words above and the request id of the transaction, if any.
+create function public.leasectl_open_shutdown(p_agent public.agents, p_mode text, p_state text, p_by text,
+                                              p_reason text, p_window_seconds numeric, p_replacement text)
+returns table (id uuid, root_agent_id text, mode text, state text, requested_by text, reason text,
+               requested_at timestamptz, window_seconds numeric)
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_refusal jsonb := public.leasectl_shutdown_refusal(p_agent, p_replacement);
+begin
+    if v_refusal ->> 'refusal' is null then
+        return query
+        insert into public.shutdowns as s (root_agent_id, mode, state, requested_by, reason, window_seconds,
+                                           replacement_agent_id)
+        values (p_agent.id, p_mode, p_state, p_by, p_reason, p_window_seconds, p_replacement)
+        on conflict do nothing
+        returning s.id, s.root_agent_id, s.mode, s.state, s.requested_by, s.reason, s.requested_at,
+                  s.window_seconds;
+        if found then
+            return;
+        end if;
+        v_refusal := jsonb_build_object('refusal', 'a shutdown of ' || p_agent.id || ' was ' || p_state
+                                                   || ' at the same moment');
+    end if;
+    insert into public.fleet_events (kind, actor, agent_id, reason, request_id, details)
+    values ('shutdown_refused', p_by, p_agent.id, p_reason,
+            nullif(current_setting('leasectl.request_id', true), '')::uuid,
+            jsonb_strip_nulls(jsonb_build_object('mode', p_mode, 'replacement_agent_id', p_replacement,
+                                                 'proposal', case when p_state = 'proposed' then true end))
+            || v_refusal);
+end $$;
+
 -- ---------------------------------------------------------------------------------------
 -- The operator's request of 0013 with a replacement (the five-argument form is this one's).
 
@@ -282,7 +315,6 @@ language plpgsql security definer set search_path = pg_catalog, public, pg_temp 
 #variable_conflict use_column
 declare
     v_agent   public.agents;
-    v_refusal jsonb;
 begin
     if coalesce(btrim(p_requested_by), '') = '' then
         raise exception 'an operator name is required: it is journaled with the request' using errcode = '22023';
@@ -291,25 +323,8 @@ begin
     if not found then
         return;  -- no such agent: nothing to journal
     end if;
-    v_refusal := public.leasectl_shutdown_refusal(v_agent, p_replacement_agent_id);
-    if v_refusal ->> 'refusal' is null then
-        return query
-        insert into public.shutdowns as s (root_agent_id, mode, requested_by, reason, window_seconds,
-                                           replacement_agent_id)
-        values (v_agent.id, p_mode, p_requested_by, p_reason, p_window_seconds, p_replacement_agent_id)
-        on conflict do nothing
-        returning s.id, s.root_agent_id, s.mode, s.state, s.requested_by, s.reason, s.requested_at,
-                  s.window_seconds;
-        if found then
-            return;
-        end if;
-        v_refusal := jsonb_build_object('refusal', 'a shutdown of ' || v_agent.id || ' was requested at the same moment');
-    end if;
-    insert into public.fleet_events (kind, actor, agent_id, reason, request_id, details)
-    values ('shutdown_refused', p_requested_by, p_root_agent_id, p_reason,
-            nullif(current_setting('leasectl.request_id', true), '')::uuid,
-            jsonb_strip_nulls(jsonb_build_object('mode', p_mode, 'replacement_agent_id', p_replacement_agent_id)
-                              || v_refusal));
+    return query select * from public.leasectl_open_shutdown(v_agent, p_mode, 'requested', p_requested_by, p_reason,
+                                                             p_window_seconds, p_replacement_agent_id);
 end $$;
 
 create or replace function public.leasectl_request_shutdown(p_root_agent_id text, p_mode text, p_requested_by text,
@@ -334,7 +349,6 @@ language plpgsql security definer set search_path = pg_catalog, public, pg_temp 
 declare
     v_agent   public.agents;
     v_by      text := p_agent_id;
-    v_refusal jsonb;
 begin
     if coalesce(btrim(p_reason), '') = '' or p_mode not in ('drain', 'abort') then
         raise exception 'a proposal names its mode (drain or abort) and a reason' using errcode = '22023';
@@ -350,22 +364,8 @@ begin
         raise exception 'login % may not propose for agent %: it did not register it', session_user, p_agent_id
             using errcode = 'LCF09';
     end if;
-    v_refusal := public.leasectl_shutdown_refusal(v_agent, null);
-    if v_refusal ->> 'refusal' is null then
-        return query
-        insert into public.shutdowns as s (root_agent_id, mode, state, requested_by, reason, window_seconds)
-        values (v_agent.id, p_mode, 'proposed', v_by, p_reason, case p_mode when 'drain' then 300 else 60 end)
-        on conflict do nothing
-        returning s.id, s.root_agent_id, s.mode, s.state, s.requested_by, s.reason, s.requested_at,
-                  s.window_seconds;
-        if found then
-            return;
-        end if;
-        v_refusal := jsonb_build_object('refusal', 'a shutdown of ' || v_agent.id || ' was proposed at the same moment');
-    end if;
-    insert into public.fleet_events (kind, actor, agent_id, reason, details)
-    values ('shutdown_refused', v_by, p_agent_id, p_reason,
-            jsonb_build_object('mode', p_mode, 'proposal', true) || v_refusal);
+    return query select * from public.leasectl_open_shutdown(v_agent, p_mode, 'proposed', v_by, p_reason,
+                                                             case p_mode when 'drain' then 300 else 60 end, null);
 end $$;
 
 -- the supervisor's pass: one proposal (an abort) per orphan nearest its dead ancestor, unless a
@@ -557,6 +557,7 @@ revoke all on function public.leasectl_propose_orphan_shutdowns(text) from publi
 revoke all on function public.leasectl_decide_shutdown(uuid, text, boolean, text, numeric) from public;
 revoke all on function public.leasectl_move_queued_calls(uuid) from public;
 revoke all on function public.leasectl_shutdown_refusal(public.agents, text) from public;
+revoke all on function public.leasectl_open_shutdown(public.agents, text, text, text, text, numeric, text) from public;
 do $$
 begin
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'leasectl_operator') then

@@ -6,7 +6,8 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -340,3 +341,19 @@ def refusal(conn: Conn, statement: str, params: tuple = ()) -> tuple[str | None,
     except psycopg.Error as exc:
         return exc.sqlstate, exc.diag.constraint_name
     return None, None
+
+
+@contextmanager
+def demo_fleet(db: Any, *, seed: int, tempo: float) -> Iterator[Any]:
+    """The demo's simulated fleet (console/demo/fleet.py) working on the test database, quietly;
+    its workers, supervisor and situations stopped on the way out."""
+    from console.demo.fleet import Fleet
+
+    fleet = Fleet(db.dsn, seed=seed, tempo=tempo, say=lambda _text: None)
+    with db.connect() as conn:
+        fleet.prepare(conn)
+    fleet.start()
+    try:
+        yield fleet
+    finally:
+        fleet.shutdown()

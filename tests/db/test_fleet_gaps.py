@@ -200,24 +200,15 @@ def test_drain_with_a_replacement_moves_the_queued_calls_to_the_new_generation(d
 def test_the_demo_rolls_planner_1_to_planner_2_and_its_record_says_which_calls_moved(db: Any) -> None:
     """The demo at tempo 0.1: the orchestrator drains planner-1 naming planner-2; every call the old
     tree had queued either moved to the new generation or is listed with why it did not."""
-    from console.demo.fleet import Fleet
+    with h.demo_fleet(db, seed=3, tempo=0.1), db.connect() as conn:
+        def record() -> Any:
+            return conn.execute("select r.* from reconciliation_records r join shutdowns s on s.id = r.shutdown_id "
+                                "where s.root_agent_id = 'planner-1' and s.replacement_agent_id = 'planner-2'"
+                                ).fetchone()
 
-    fleet = Fleet(db.dsn, seed=3, tempo=0.1, say=lambda _text: None)
-    with db.connect() as conn:
-        fleet.prepare(conn)
-    fleet.start()
-    try:
-        with db.connect() as conn:
-            def record() -> Any:
-                return conn.execute("select r.* from reconciliation_records r join shutdowns s on s.id = r.shutdown_id "
-                                    "where s.root_agent_id = 'planner-1' and s.replacement_agent_id = 'planner-2'"
-                                    ).fetchone()
-
-            written = h.wait_until(record, timeout=90, interval=0.5, what="the rollout's reconciliation record")
-            generations = {r["id"]: (r["generation"], r["replaces"]) for r in run(conn, "views/fleet")}
-            moved_events = conn.execute("select count(*) as n from fleet_events where kind = 'call_moved'").fetchone()
-    finally:
-        fleet.shutdown()
+        written = h.wait_until(record, timeout=90, interval=0.5, what="the rollout's reconciliation record")
+        generations = {r["id"]: (r["generation"], r["replaces"]) for r in run(conn, "views/fleet")}
+        moved_events = conn.execute("select count(*) as n from fleet_events where kind = 'call_moved'").fetchone()
     assert generations["planner-2"] == (2, "planner-1") and generations["retrieval-2"] == (2, "retrieval-1")
     assert written["calls_moved"], "the backlog the orchestrator queued on the old tree moved"
     assert len(written["calls_moved"]) == moved_events["n"]

@@ -14,10 +14,9 @@ from psycopg.types.json import Jsonb
 
 from console.db import chains
 from console.db.connect import run_one
-from console.demo.fleet import Fleet
 from console.operator.tui.screens.chains import ChainsScreen
 from console.operator.tui.screens.detail import DetailScreen
-from tests.helpers import SLOW, claim, complete, enqueue, register_tool, sweep, wait_until
+from tests.helpers import SLOW, claim, complete, demo_fleet, enqueue, register_tool, sweep, wait_until
 from tests.tui.conftest import SIZE, make_app, screen_text, settle
 from tests.tui.test_flows import open_call, type_text
 
@@ -152,11 +151,7 @@ async def test_the_demo_report_is_a_real_chain_and_one_runs_out_of_time_mid_stag
     """The demo at tempo 0.1: every report's next stage is made as the one before it finishes, and
     the night's trouble -- a chain whose deadline passes while its second stage runs -- is in the
     Chains screen, said missed."""
-    fleet = Fleet(db.dsn, seed=3, tempo=0.1, say=lambda _text: None)
-    with db.connect() as conn:
-        fleet.prepare(conn)
-    fleet.start()
-    try:
+    with demo_fleet(db, seed=3, tempo=0.1):
         with db.connect() as conn:
             def night():
                 row = conn.execute("select id from tool_jobs where idempotency_key like 'report:nightly:stage:2:%' "
@@ -180,5 +175,3 @@ async def test_the_demo_report_is_a_real_chain_and_one_runs_out_of_time_mid_stag
             await settle(pilot, lambda: "report:nightly:stage" in screen_text(app))
             line = next(x for x in screen_text(app).splitlines() if "report:nightly:stage" in x)
             assert "failed" in line and "missed by" in line, line
-    finally:
-        fleet.shutdown()

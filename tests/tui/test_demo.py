@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from console.demo.fleet import SITUATIONS, Fleet
+from console.demo.fleet import SITUATIONS
+from tests.helpers import demo_fleet
 from tests.tui.conftest import SIZE, make_app, screen_text, settle
 
 LEASECTL = Path(sys.executable).parent / "leasectl"
@@ -116,11 +117,7 @@ def test_demo_drain_of_the_planner_tree_ends_with_the_silent_sandbox_unaccounted
 
 
 async def test_console_on_a_running_fleet_shows_the_troubles(db):
-    fleet = Fleet(db.dsn, seed=5, tempo=0.25, say=lambda _text: None)
-    with db.connect() as conn:
-        fleet.prepare(conn)
-    fleet.start()
-    try:
+    with demo_fleet(db, seed=5, tempo=0.25):
         app = make_app(db.dsn, listen=True, poll=1.0)
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
@@ -128,5 +125,3 @@ async def test_console_on_a_running_fleet_shows_the_troubles(db):
             await settle(pilot, lambda: all(w in screen_text(app) for w in wanted), timeout=60)
             text = screen_text(app)
             assert "need a human" in text and "recently (10 min, UTC)" in text
-    finally:
-        fleet.shutdown()
