@@ -340,14 +340,15 @@ def parse_fields(text: str, keys: dict[str, str]) -> FieldFilter:
 _HEX_DIGITS = re.compile(r"^[0-9a-f]+$")
 
 
-def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
-    """The smallest and largest uuid starting with `prefix` (hex digits, hyphens optional)."""
+def id_range(prefix: str, what: str = "call") -> tuple[uuid.UUID, uuid.UUID]:
+    """The smallest and largest uuid starting with `prefix` (hex digits, hyphens optional); `what`
+    names the id in the message (a call's, a grant's, a shutdown's)."""
     cleaned = prefix.strip().lower().replace("-", "")
     if cleaned and len(cleaned) > 32 and _HEX_DIGITS.match(cleaned):
-        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is too long for a call id: {len(cleaned)} hex digits, "
+        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is too long for a {what} id: {len(cleaned)} hex digits, "
                        "an id has 32")
     if not cleaned or len(cleaned) > 32 or not _HEX_DIGITS.match(cleaned):
-        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is not a call id or an id prefix (hex digits)")
+        raise BadInput(f"'{sanitize(prefix, max_chars=48)}' is not a {what} id or an id prefix (hex digits)")
     low = cleaned.ljust(32, "0")
     high = cleaned.ljust(32, "f")
     return uuid.UUID(low), uuid.UUID(high)

@@ -164,7 +164,7 @@ def tool_settings(conn: Conn, name: str) -> ToolSettings | None:
 
 def grant(conn: Conn, prefix: str) -> GrantRow:
     """The grant whose id is, or starts with, `prefix`; BadInput when none or several match."""
-    low, high = id_range(prefix)
+    low, high = id_range(prefix, "grant")
     rows = rows_as(GrantRow, run(conn, "views/grant", id_low=low, id_high=high))
     if not rows:
         raise BadInput(f"no grant {sanitize(prefix, max_chars=40)}", hint="`leasectl fleet` lists the grants held")
@@ -180,7 +180,7 @@ def shutdown(conn: Conn, shutdown_id: uuid.UUID) -> Shutdown | None:
 
 def shutdown_by_prefix(conn: Conn, prefix: str) -> Shutdown:
     """The shutdown (or proposal) whose id is, or starts with, `prefix`; BadInput when none or several match."""
-    low, high = id_range(prefix)
+    low, high = id_range(prefix, "shutdown")
     rows = rows_as(Shutdown, run(conn, "views/shutdowns", id_low=low, id_high=high, limit=2))
     if not rows:
         raise BadInput(f"no shutdown {sanitize(prefix, max_chars=40)}", hint="`leasectl shutdowns` lists them")

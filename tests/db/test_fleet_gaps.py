@@ -140,6 +140,7 @@ def test_accept_of_nothing_and_of_a_bad_prefix_are_clear(db: Any, conn: Any) -> 
     assert missing.exit_code == 2 and "no shutdown" in missing.output
     bad = invoke("shutdowns", "accept", "not-an-id", "--reason", "x", "--yes")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert "not a shutdown id" in bad.output, bad.output
 
 
 # ------------------------------------------------------------------------------ the upgrade path
