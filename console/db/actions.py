@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from console.core.actions import action_named
 from console.core.models import (
@@ -27,13 +31,15 @@ from console.core.models import (
     ToolPause,
     ToolSettings,
 )
-from console.db.connect import Conn, action_transaction, run, run_one
+from console.db.connect import Conn, Row, action_transaction, run, run_one
 from console.db.reads import grant, job, shutdown, tool_settings
 from console.shared.config import MAX_OPERATOR_CHARS, MAX_REASON_CHARS
 from console.shared.errors import BadInput, LeasectlError, RowLocked, StatementTimedOut
 from console.shared.text import sanitize
 
 log = logging.getLogger("leasectl.actions")
+A = TypeVar("A", bound=BaseModel)
+N = TypeVar("N")
 
 
 def checked_words(reason: str, operator: str) -> tuple[str, str]:
@@ -183,12 +189,8 @@ def decide_shutdown(conn: Conn, shutdown_id: uuid.UUID, *, accept: bool, operato
         run(conn, "meta/request_id", request_id=str(request_id))
         row = run_one(conn, "operator/decide_shutdown", shutdown_id=shutdown_id, operator=operator, accept=accept,
                       reason=reason, window_seconds=window_seconds)
-    if row is not None:
-        return ShutdownDecided.model_validate(row)
-    found = shutdown(conn, shutdown_id)
-    if found is None:
-        raise BadInput(f"no shutdown {shutdown_id}", hint="`leasectl shutdowns` lists them")
-    return found
+    return _applied_or_as_is(row, ShutdownDecided, lambda: shutdown(conn, shutdown_id),
+                             BadInput(f"no shutdown {shutdown_id}", hint="`leasectl shutdowns` lists them"))
 
 
 def pause_tool(conn: Conn, tool: str, *, operator: str, reason: str) -> ToolPause | ToolSettings:
@@ -212,11 +214,19 @@ def _pause_or_resume(conn: Conn, verb: str, tool: str, *, operator: str, reason:
             row = run_one(conn, "operator/pause_tool", tool=tool, paused_by=operator, reason=reason)
         else:
             row = run_one(conn, "operator/resume_tool", tool=tool, resumed_by=operator, reason=reason)
+    return _applied_or_as_is(row, ToolPause, lambda: tool_settings(conn, tool),
+                             BadInput(f"no tool {sanitize(tool)} is registered", hint="`leasectl tools` lists them"))
+
+
+def _applied_or_as_is(row: Row | None, applied: type[A], as_is: Callable[[], N | None], missing: BadInput) -> A | N:
+    """An action's answer where its statement returns the change: the change when it was applied,
+    else the row as it is now (why nothing changed: already paused, no longer proposed), `missing`
+    raised when there is no such row at all."""
     if row is not None:
-        return ToolPause.model_validate(row)
-    now = tool_settings(conn, tool)
+        return applied.model_validate(row)
+    now = as_is()
     if now is None:
-        raise BadInput(f"no tool {sanitize(tool)} is registered", hint="`leasectl tools` lists them")
+        raise missing
     return now
 
 

@@ -17,14 +17,7 @@ select json_build_object('id', e.id, 'job_id', e.job_id,
                          'details', e.details, 'reason', e.reason, 'request_id', e.request_id,
                          'db_role', e.db_role)::text as line
 from job_events e
-where (:since::timestamptz is null or e.at >= :since::timestamptz)
-  and (:until::timestamptz is null or e.at <= :until::timestamptz)
-  and (:job_id::uuid is null or e.job_id = :job_id::uuid)
-  and (:owner::text is null or e.owner_to = :owner::text or e.owner_from = :owner::text
-       or e.actor = :owner::text)
-  and (:operator::text is null
-       or (e.kind in ('operator_cancel', 'operator_mark_terminal', 'operator_approve_retry',
-                      'operator_action_failed')
-           and e.actor = :operator::text))
-  and (:kind::text is null or e.kind = :kind::text)
+where leasectl_audit_event_matches(e.job_id, e.at, e.kind, e.actor, e.owner_from, e.owner_to,
+                                   :job_id::uuid, :since::timestamptz, :until::timestamptz,
+                                   :owner::text, :operator::text, :kind::text)
 order by e.id

@@ -73,19 +73,16 @@ page as materialized (
 -- page fall out at the join in `rebuilt`. With the parameters' values planned in
 -- (plan_cache_mode = force_custom_plan) the branch not taken is never executed; the gates are
 -- `is true` / `is not true`, so that a null limit takes exactly one of them. Each branch lists its
--- columns and classifies its events itself, written twice on purpose: classified once outside the
+-- columns and classifies its events itself (leasectl_rebuild_class, migrations/0019_audit_rules.sql,
+-- inlined), on purpose: classified once outside the
 -- union (a plain subquery) the CASE is copied into every FILTER below and runs ten times a row, and
 -- behind an OFFSET 0 fence the scan is no longer parallel (1.15x the time for every call, both
 -- measured).
 events as (
     select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.owner_to, e.fencing_token,
            e.actor, e.reason, e.details,
-           -- what kind of event it is for the rebuild, decided once (the common kinds first)
-           case e.kind when 'state_changed' then 2 when 'claimed' then 1 when 'tool_request_started' then 4
-                       when 'reclaimed' then 1 when 'result_rejected' then 7 when 'enqueued' then 0
-                       when 'receiver_rejected' then 7 when 'heartbeat_lost' then 7 when 'side_effect_started' then 4
-                       when 'fenced' then 3 when 'operator_cancel' then 5 when 'operator_approve_retry' then 6
-                       else 0 end as class,
+           -- what kind of event it is for the rebuild, decided once
+           leasectl_rebuild_class(e.kind) as class,
            e.at <= :at::timestamptz as by_then
     from page p
     join job_events e on e.job_id = p.id
@@ -94,12 +91,8 @@ events as (
     union all
     select e.job_id, e.id, e.kind, e.at, e.lease_until, e.state_from, e.state_to, e.owner_to, e.fencing_token,
            e.actor, e.reason, e.details,
-           -- what kind of event it is for the rebuild, decided once (the common kinds first)
-           case e.kind when 'state_changed' then 2 when 'claimed' then 1 when 'tool_request_started' then 4
-                       when 'reclaimed' then 1 when 'result_rejected' then 7 when 'enqueued' then 0
-                       when 'receiver_rejected' then 7 when 'heartbeat_lost' then 7 when 'side_effect_started' then 4
-                       when 'fenced' then 3 when 'operator_cancel' then 5 when 'operator_approve_retry' then 6
-                       else 0 end as class,
+           -- what kind of event it is for the rebuild, decided once
+           leasectl_rebuild_class(e.kind) as class,
            e.at <= :at::timestamptz as by_then
     from job_events e
     where (:limit::integer <= 10000 and :state::text is null and :owner::text is null

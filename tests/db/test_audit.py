@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from console.core import ownership
 from console.core.audit import EXPORT_COLUMNS, EXPORT_KEYS, AuditFilter, JobAsOf, parse_audit_filter
 from console.core.filters import JobFilter
 from console.db import actions, reads
@@ -1119,3 +1120,48 @@ def test_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(cli, tmp_path, monke
     shown = screen.getvalue()
     assert "exporting" in shown and "6001/6001" in shown and "wrote 6,001 events" in shown, shown[-500:]
     assert len(target.read_text().splitlines()) == 6_001
+
+
+def test_the_screen_page_and_its_export_select_the_same_events_for_every_filter(cli):
+    """One filter (leasectl_audit_event_matches, migrations/0019_audit_rules.sql) for the Audit
+    screen's page, the export's count and its rows: for each key alone and combined, the three agree,
+    and each selects what the key means."""
+    invoke, conn = cli
+    a, b = h.enqueue(conn, "search"), h.enqueue(conn, "search")
+    h.claim(conn, "w-1", ["search"])
+    h.claim(conn, "w-2", ["search"])
+    h.cancel(conn, a["id"], "running", 1, operator="alice", reason="user left")
+    h.cancel(conn, b["id"], "running", 9, operator="bob", reason="stale look")  # refused: wrong token
+    middle = audit_db.now(conn)
+    h.mark_terminal(conn, b["id"], "running", 1, "failed", force=True, operator="alice", reason="hung")
+
+    def chosen(**kw: object) -> list[int]:
+        page = audit_db.events_page(conn, AuditFilter(**{k: v for k, v in kw.items() if k != "job_id"}),
+                                    job_id=kw.get("job_id"), limit=1000)  # type: ignore[arg-type]
+        out = io.StringIO()
+        told = audit_db.export(conn, out, **kw)  # type: ignore[arg-type]
+        exported = [json.loads(line)["id"] for line in out.getvalue().splitlines()]
+        assert sorted(e.id for e in page) == exported and told["events"] == len(exported), kw
+        return exported
+
+    every = chosen()
+    events = {row["id"]: row for row in conn.execute("select * from job_events").fetchall()}
+    assert sorted(events) == every
+    assert chosen(job_id=a["id"]) == sorted(i for i, e in events.items() if e["job_id"] == a["id"])
+    assert chosen(owner="w-2") == sorted(i for i, e in events.items() if "w-2" in (e["owner_to"], e["owner_from"],
+                                                                                      e["actor"]))
+    alice = chosen(operator="alice")
+    assert [events[i]["kind"] for i in alice] == ["operator_cancel", "operator_mark_terminal"]
+    assert [events[i]["kind"] for i in chosen(operator="bob")] == ["operator_cancel"], "a refusal is journaled too"
+    assert chosen(kind="claimed") == sorted(i for i, e in events.items() if e["kind"] == "claimed")
+    assert chosen(since=middle) == sorted(i for i, e in events.items() if e["at"] >= middle)
+    assert chosen(until=middle) == sorted(i for i, e in events.items() if e["at"] <= middle)
+    assert chosen(operator="alice", job_id=b["id"], since=middle) == alice[1:]
+    assert chosen(operator="w-1") == [], "a worker's events are not an operator's actions"
+
+
+def test_the_operator_kinds_are_the_actions_table_s(conn):
+    kinds = [r["kind"] for r in conn.execute("select distinct kind from job_events").fetchall()]
+    for kind in {*ownership.OPERATOR_KINDS, *ownership.CHANGE_KINDS, *ownership.REQUEST_KINDS, *kinds, "enqueued"}:
+        said = conn.execute("select leasectl_is_operator_event(%s) as yes", (kind,)).fetchone()["yes"]
+        assert said == (kind in ownership.OPERATOR_KINDS), kind

@@ -33,6 +33,7 @@ from console.operator.cli.common import (
     operator_option,
     out,
     print_json,
+    show_rows,
     typed_confirmation,
 )
 from console.operator.present import bulk as present_bulk
@@ -100,13 +101,7 @@ def jobs(
     else:
         with connect_for_reading(dsn) as conn:
             rows = reads.jobs(conn, chosen, limit=limit)
-    if as_json:
-        print_json([r.model_dump(mode="json") for r in rows])
-        return
-    if not rows:  # an empty table says less than this, and on a pipe it is only noise
-        err.print("no calls match")
-        return
-    out.print(present.jobs_table(rows))
+    show_rows(rows, as_json=as_json, table=present.jobs_table, none="no calls match")
 
 
 def _of_one_call(job: str, dsn: str | None, read: Callable[[Conn, uuid.UUID], T]) -> tuple[uuid.UUID, T]:

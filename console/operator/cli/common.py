@@ -11,14 +11,14 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from typing import Annotated, Any, TypeVar
 
 import psycopg
 import typer
 from pydantic import BaseModel
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.segment import Segment
 
@@ -78,6 +78,19 @@ def print_json(value: object) -> None:
     character escaped as \\uXXXX), so it is safe on a terminal and loses nothing."""
     sys.stdout.write(json.dumps(value, default=str, ensure_ascii=True, indent=2) + "\n")
     sys.stdout.flush()
+
+
+def show_rows(rows: Sequence[BaseModel], *, as_json: bool, table: Callable[[Any], RenderableType],
+               none: str) -> None:
+    """A list command's answer: the rows as JSON (an empty list is an answer there), or their table;
+    with no rows, `none` on stderr instead of an empty table (it says more, and on a pipe a table's
+    header alone is only noise)."""
+    if as_json:
+        print_json([r.model_dump(mode="json") for r in rows])
+    elif not rows:
+        err.print(none)
+    else:
+        out.print(table(rows))
 
 
 def _said(text: str) -> str:

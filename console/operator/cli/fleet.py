@@ -33,6 +33,7 @@ from console.operator.cli.common import (
     out,
     print_json,
     refuse_if_read_only,
+    show_rows,
 )
 from console.operator.present.actions import decision_message
 from console.operator.present.tools import pause_message, tools_table
@@ -131,13 +132,7 @@ def shutdowns(ctx: typer.Context, as_json: JsonOption = False, dsn: DsnOption = 
         return
     with connect_for_reading(dsn) as conn:
         found = reads.fleet(conn).shutdowns
-    if as_json:
-        print_json([s.model_dump(mode="json") for s in found])
-        return
-    if not found:
-        err.print("no shutdown was ever requested or proposed")
-        return
-    out.print(present.shutdowns_table(found))
+    show_rows(found, as_json=as_json, table=present.shutdowns_table, none="no shutdown was ever requested or proposed")
 
 
 def _decide(accept: bool, shutdown_id: str, reason: str, window: float | None, operator: str | None, yes: bool,
@@ -255,13 +250,7 @@ def list_tools(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     """Registered tools: class, calls running and queued, caps, hold, attempts; paused ones first."""
     with connect_for_reading(dsn) as conn:
         found = reads.tools(conn)
-    if as_json:
-        print_json([t.model_dump(mode="json") for t in found])
-        return
-    if not found:
-        err.print("no tool is registered")
-        return
-    out.print(tools_table(found))
+    show_rows(found, as_json=as_json, table=tools_table, none="no tool is registered")
 
 
 @app.command()

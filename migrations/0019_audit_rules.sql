@@ -1,0 +1,52 @@
+-- 0019: one filter for the auditor's events, one classification for the past's rebuild. The Audit screen's page (queries/audit/events_page.sql),
+-- the export's count (audit/export_count.sql) and its two formats (audit/export_csv.sql,
+-- audit/export_jsonl.sql) each wrote the same six conditions out, the list of the operators'
+-- event kinds among them; a change to one (a new operator action) had to be made four times, and
+-- a page and its export could come to disagree about which events match the same filter.
+--
+--   leasectl_audit_event_matches   whether one job_events row matches the filter; every filter
+--                                  argument null means "no filter". Plain SQL that reads no table:
+--                                  PostgreSQL inlines it into each statement, so the planner still
+--                                  sees `job_id = $n` and `at >= $n` (job_events_job_idx, the
+--                                  primary key's order) as it did when they were written out.
+--   leasectl_is_operator_event     the job_events kinds an operator's action writes (applied,
+--                                  refused or failed): what `operator:` matches.
+--   leasectl_rebuild_class         what an event is to audit/jobs_at.sql's rebuild of every call as
+--                                  it was at T (0 nothing to it, 1 a grant, 2 a state change, 3 a
+--                                  fence, 4 a request started, 5 an operator's cancel, 6 an approved
+--                                  retry, 7 a rejection); each of its two branches wrote the CASE
+--                                  out. Inlined, parallel safe: the same expression in each plan.
+
+create function public.leasectl_rebuild_class(p_kind text) returns integer
+language sql immutable parallel safe as $$
+    -- the common kinds first
+    select case p_kind when 'state_changed' then 2 when 'claimed' then 1 when 'tool_request_started' then 4
+                       when 'reclaimed' then 1 when 'result_rejected' then 7 when 'enqueued' then 0
+                       when 'receiver_rejected' then 7 when 'heartbeat_lost' then 7 when 'side_effect_started' then 4
+                       when 'fenced' then 3 when 'operator_cancel' then 5 when 'operator_approve_retry' then 6
+                       else 0 end
+$$;
+
+create function public.leasectl_is_operator_event(p_kind text) returns boolean
+language sql immutable parallel safe as $$
+    select p_kind operator(pg_catalog.=) any (array['operator_cancel', 'operator_mark_terminal',
+                                                    'operator_approve_retry', 'operator_action_failed'])
+$$;
+
+create function public.leasectl_audit_event_matches(
+    p_job_id uuid, p_at timestamptz, p_kind text, p_actor text, p_owner_from text, p_owner_to text,
+    f_job_id uuid, f_since timestamptz, f_until timestamptz, f_owner text, f_operator text, f_kind text
+) returns boolean
+language sql immutable parallel safe as $$
+    select (f_job_id is null or p_job_id operator(pg_catalog.=) f_job_id)
+       and (f_since is null or p_at operator(pg_catalog.>=) f_since)
+       and (f_until is null or p_at operator(pg_catalog.<=) f_until)
+       and (f_owner is null or p_owner_to operator(pg_catalog.=) f_owner
+            or p_owner_from operator(pg_catalog.=) f_owner or p_actor operator(pg_catalog.=) f_owner)
+       and (f_operator is null
+            or (public.leasectl_is_operator_event(p_kind) and p_actor operator(pg_catalog.=) f_operator))
+       and (f_kind is null or p_kind operator(pg_catalog.=) f_kind)
+$$;
+
+insert into leasectl_migrations (version, name) values (19, '0019_audit_rules')
+on conflict (version) do nothing;
