@@ -1,4 +1,5 @@
--- 0019: one filter for the auditor's events, one classification for the past's rebuild. The Audit screen's page (queries/audit/events_page.sql),
+-- 0019: one filter for the auditor's events, one classification for the past's rebuild, one
+-- answer to "when did this call start, and when did it last leave running". The Audit screen's page (queries/audit/events_page.sql),
 -- the export's count (audit/export_count.sql) and its two formats (audit/export_csv.sql,
 -- audit/export_jsonl.sql) each wrote the same six conditions out, the list of the operators'
 -- event kinds among them; a change to one (a new operator action) had to be made four times, and
@@ -16,6 +17,10 @@
 --                                  fence, 4 a request started, 5 an operator's cancel, 6 an approved
 --                                  retry, 7 a rejection); each of its two branches wrote the CASE
 --                                  out. Inlined, parallel safe: the same expression in each plan.
+--   leasectl_call_span             a call's first claim (started_at) and the last time it left
+--                                  running without finishing there (left_running_at), from its
+--                                  history: the chain story (views/chain.sql) and the chains list
+--                                  (views/chains.sql) each wrote the two aggregates out.
 
 create function public.leasectl_rebuild_class(p_kind text) returns integer
 language sql immutable parallel safe as $$
@@ -46,6 +51,16 @@ language sql immutable parallel safe as $$
        and (f_operator is null
             or (public.leasectl_is_operator_event(p_kind) and p_actor operator(pg_catalog.=) f_operator))
        and (f_kind is null or p_kind operator(pg_catalog.=) f_kind)
+$$;
+
+create function public.leasectl_call_span(p_job_id uuid, out started_at timestamptz,
+                                          out left_running_at timestamptz)
+language sql stable set search_path = pg_catalog, public, pg_temp as $$
+    select min(e.at) filter (where e.kind in ('claimed', 'reclaimed')),
+           max(e.at) filter (where e.state_from in ('running', 'cancel_requested')
+                               and e.state_to not in ('running', 'cancel_requested'))
+    from public.job_events e
+    where e.job_id = p_job_id
 $$;
 
 insert into leasectl_migrations (version, name) values (19, '0019_audit_rules')

@@ -66,6 +66,18 @@ def claim(conn: Conn, worker: str, tools: list[str] | None = None) -> dict | Non
     return run_one(conn, "worker/claim", worker_id=worker, tools=tools)
 
 
+def claim_many(conn: Conn, worker: str, tools: list[str] | None, max_calls: int | None) -> list[dict]:
+    return run(conn, "worker/claim_many", worker_id=worker, tools=tools, max_calls=max_calls)
+
+
+def complete_many(conn: Conn, jobs: list[dict], worker: str, results: list[Any] | None = None,
+                  tokens: list[int] | None = None) -> list[dict]:
+    """complete_many.sql for `jobs` (their own tokens unless `tokens`): the rows it accepted."""
+    return run(conn, "worker/complete_many", job_ids=[j["id"] for j in jobs], worker_id=worker,
+               fencing_tokens=tokens if tokens is not None else [j["fencing_token"] for j in jobs],
+               results=[Jsonb(r) for r in (results if results is not None else [{"ok": True}] * len(jobs))])
+
+
 def running_and_queued(conn: Conn, running: int, queued: int, tool: str = "search") -> tuple[list[dict], list[dict]]:
     """`running` calls of `tool` (keys s:0, s:1, ...) each claimed by its own worker (w-0, w-1, ...),
     then `queued` more nobody claims (q:0, ...): the claims, and the enqueued rows of the queued ones."""

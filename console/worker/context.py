@@ -115,18 +115,21 @@ class CallContext:
     def sleep(self, seconds: float) -> None:
         """Wait, but wake at once (and raise) if the lease is lost, a cancel arrives or the
         deadline passes."""
-        deadline = time.monotonic() + seconds
-        while True:
-            self.checkpoint()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            until_deadline = self._heartbeat.time_left()
-            if until_deadline is not None:
-                # the heartbeat thread raises the verdict at the deadline too; this wakes on time
-                # even when that thread is busy with a slow statement
-                left = min(left, max(until_deadline, 0.0))
+        end = time.monotonic() + seconds
+        while (left := self.sleep_slice(end)) is not None:
             self._heartbeat.wait(left)
+
+    def sleep_slice(self, end: float) -> float | None:
+        """One wait of a sleep until `end` (monotonic): raises if the call must stop, None once the
+        sleep is over, else how long to wait at most before looking again (never past the
+        deadline: the heartbeat thread raises the verdict then too, but this wakes on time even
+        when that thread is busy with a slow statement)."""
+        self.checkpoint()
+        left = end - time.monotonic()
+        if left <= 0:
+            return None
+        until_deadline = self._heartbeat.time_left()
+        return left if until_deadline is None else min(left, max(until_deadline, 0.0))
 
     def start_side_effect(self, external_request_id: str | None = None) -> str:
         """Record that an irreversible request is about to leave. Call it right before sending.

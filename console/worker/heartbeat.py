@@ -160,6 +160,15 @@ class Heartbeat:
             return True
         return False
 
+    def wait_for_handler(self) -> float:
+        """How long to wait for the handler of a call with a deadline before looking again: until
+        the deadline and one heartbeat interval more (time for a handler told at the deadline to
+        stop), an interval at most (each renewal's answer sets the deadline anew). 0 or less: it
+        is late, stop waiting for it."""
+        grace = self.call.heartbeat_seconds
+        left = self.time_left()
+        return grace if left is None else min(left + grace, grace)
+
     def wake_at(self) -> float:
         """When the heartbeat thread must look at this lease next: its renewal, or its deadline."""
         deadline = self.deadline_mono
@@ -278,6 +287,17 @@ class Renewals:
             lease.stopped._on = True
             if self._leases.get(lease.call.id) is lease:
                 del self._leases[lease.call.id]
+
+    def remove_if_idle(self, lease: Heartbeat) -> bool:
+        """remove() when no renewal is in flight for the lease (then it does not wait); False
+        otherwise, and nothing changed. For a caller that must not block (an event loop)."""
+        with self._cond:
+            if lease._in_flight:
+                return False
+            lease.stopped._on = True
+            if self._leases.get(lease.call.id) is lease:
+                del self._leases[lease.call.id]
+            return True
 
     def close(self) -> None:
         with self._cond:

@@ -597,18 +597,12 @@ class Worker:
             return handler(ctx)
         run = _HandlerRun(self, handler, ctx)
         threading.Thread(target=run, daemon=True, name=f"handler-{self.worker_id}-{call.short_id}").start()
-        grace = call.heartbeat_seconds
-        while True:
-            left = heartbeat.time_left()
-            wait = grace if left is None else left + grace
-            if wait <= 0:
-                if run.abandon():
-                    raise _Abandoned(call.short_id)
-                break  # it finished at this very moment
-            # looked at again at least every interval: each renewal's answer sets the deadline anew
-            if run.finished.wait(min(wait, grace)):
-                break
-        return run.answer()
+        while (wait := heartbeat.wait_for_handler()) > 0:
+            if run.finished.wait(wait):
+                return run.answer()
+        if run.abandon():
+            raise _Abandoned(call.short_id)
+        return run.answer()  # it finished at this very moment
 
     def _raised(self, call: ClaimedCall, ctx: CallContext, heartbeat: Heartbeat, exc: Exception) -> CallOutcome:
         if ctx.ended is not None:
@@ -735,13 +729,23 @@ class Worker:
             row = both if both["completed"] else None
             next_call = self._claimed(both, sent)
         else:
-            row = self._guarded("worker/complete", call, job_id=call.id, worker_id=self.worker_id,
-                                fencing_token=call.fencing_token, result=_result_param(body))
+            row = self._complete_alone(call, body)
+        return self._completed(call, body, row, next_call=next_call)
+
+    def _complete_alone(self, call: ClaimedCall, body: bytes) -> dict[str, Any] | None:
+        """complete.sql for one call (resent once after a lost connection: the guard makes a repeat
+        harmless); None when its result was not stored."""
+        return self._guarded("worker/complete", call, job_id=call.id, worker_id=self.worker_id,
+                             fencing_token=call.fencing_token, result=_result_param(body))
+
+    def _completed(self, call: ClaimedCall, body: bytes, row: Mapping[str, Any] | None, *,
+                   next_call: Claimed | None = None, statement: str = "complete.sql") -> CallOutcome:
+        """The outcome of a completion whose answer is `row` (None: zero rows, or no answer)."""
         if row is None and (landed := self._landed(call, "succeeded")) is not None:
             row = landed  # our first attempt committed; only its answer was lost
         if row is None:
             self._reject_result(call, body, "zero_rows")
-            return CallOutcome(call.id, call.fencing_token, "result_rejected", "complete.sql: zero rows",
+            return CallOutcome(call.id, call.fencing_token, "result_rejected", f"{statement}: zero rows",
                                next_call=next_call)
         self._observe("complete", call, row["finished_at"])
         self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"])

@@ -21,13 +21,8 @@ select c.id, c.parent_id, c.chain_id, c.stage, c.tool, c.idempotency_key, c.stat
 from me
 -- the first call by its id, the later stages from tool_jobs_later_stages (migrations/0014_chains.sql)
 join tool_jobs c on c.id = me.chain_id or (c.chain_id = me.chain_id and c.stage > 0)
-cross join lateral (
-    select min(e.at) filter (where e.kind in ('claimed', 'reclaimed')) as started_at,
-           max(e.at) filter (where e.state_from in ('running', 'cancel_requested')
-                               and e.state_to not in ('running', 'cancel_requested')) as left_running_at
-    from job_events e
-    where e.job_id = c.id
-) h
+-- when it started and last left running (migrations/0019_audit_rules.sql)
+cross join lateral leasectl_call_span(c.id) h
 cross join lateral (
     select coalesce(array_agg(w.owner order by w.first_at), '{}') as owners
     from (select e.owner_to as owner, min(e.at) as first_at

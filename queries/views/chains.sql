@@ -45,12 +45,7 @@ cross join lateral (
           where c.id = hd.id or (c.chain_id = hd.id and c.stage > 0)
           order by c.stage, c.created_at, c.id
           limit 100) c
-    cross join lateral (
-        select min(e.at) filter (where e.kind in ('claimed', 'reclaimed')) as started_at,
-               max(e.at) filter (where e.state_from in ('running', 'cancel_requested')
-                                   and e.state_to not in ('running', 'cancel_requested')) as left_running_at
-        from job_events e
-        where e.job_id = c.id
-    ) h
+    -- when it started and last left running (migrations/0019_audit_rules.sql)
+    cross join lateral leasectl_call_span(c.id) h
 ) s
 order by hd.created_at desc, hd.id desc

@@ -186,6 +186,9 @@ def bench_bare(server: BenchServer, workers: int, calls: int, *, fused: bool = F
 
 # ------------------------------------------------------------------ leasectl
 
+# calls at once per AsyncWorker process in the benchmark (the issue's setting)
+ASYNC_CONCURRENCY = 10
+
 
 def _leasectl_worker(dsn: str, queries: str | None, index: int, go, ready) -> None:
     if queries is not None:
@@ -201,6 +204,22 @@ def _leasectl_worker(dsn: str, queries: str | None, index: int, go, ready) -> No
     worker.run(threading.Event(), drain=True)
 
 
+def _leasectl_async_worker(dsn: str, queries: str | None, index: int, go, ready) -> None:
+    from console.worker import AsyncWorker
+
+    async def noop(ctx) -> None:
+        return None
+
+    # as issue-free settings as the reference worker's: ten calls at once, claimed ten at a time, their
+    # completions committed in groups (each told only after its group's commit)
+    worker = AsyncWorker(dsn, f"bench-async-{index}", noop, poll_interval=0.01, concurrency=ASYNC_CONCURRENCY,
+                         claim_batch=ASYNC_CONCURRENCY)
+    worker.connect()
+    ready.wait()
+    go.wait()
+    worker.run(threading.Event(), drain=True)
+
+
 def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object] = lambda i: {}) -> None:
     enqueue = sql.load("worker/enqueue")
     with conn.cursor() as cur:
@@ -210,11 +229,13 @@ def _enqueue_noop(conn, calls: int, prefix: str, payload: Callable[[int], object
 
 
 def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_indexes: bool = True,
-                   notify_all: bool = False, before_chains: Path | None = None, caps: bool = False) -> Result:
+                   notify_all: bool = False, before_chains: Path | None = None, caps: bool = False,
+                   asynchronous: bool = False) -> Result:
     """The reference worker. `before_chains`: the shared SQL of the release before 0014 (a
     queries/ folder), which the workers and the setup run, on a database migrated only to 0013.
     `caps`: the tool capped at one call more than the workers run (migration 0016): every claim
-    counts under the cap's lock, and the cap never holds a worker back."""
+    counts under the cap's lock, and the cap never holds a worker back. `asynchronous`: AsyncWorker
+    (claim_many.sql, complete_many.sql) instead of Worker."""
     dsn = server.leasectl_database(target=13 if before_chains is not None else None)
     try:
         with connect(dsn) as conn, queries_from(before_chains):
@@ -228,14 +249,16 @@ def bench_leasectl(server: BenchServer, workers: int, calls: int, *, audit_index
             _enqueue_noop(conn, calls, "bench")
             run(conn, "meta/bench_vacuum")
         queries = None if before_chains is None else str(before_chains)
-        wall, cpu = _run_processes(server, _leasectl_worker, (dsn, queries), workers)
+        worker = _leasectl_async_worker if asynchronous else _leasectl_worker
+        wall, cpu = _run_processes(server, worker, (dsn, queries), workers)
         with connect(dsn) as conn, queries_from(before_chains):
             done = run_one(conn, "bench/leasectl_done")
             assert done is not None and done["n"] == calls, f"leasectl finished {done} of {calls}"
             # enqueued + claimed + succeeded: the history is written, not skipped
             assert done["events"] >= 3 * calls, f"history has {done['events']} rows for {calls} calls"
         name = ("leasectl" + ("" if audit_indexes else "-noidx") + ("-notify" if notify_all else "")
-                + ("-0013" if before_chains is not None else "") + ("-caps" if caps else ""))
+                + ("-0013" if before_chains is not None else "") + ("-caps" if caps else "")
+                + ("-async" if asynchronous else ""))
         return Result(name, workers, calls, wall, cpu)
     finally:
         server.drop_database(dsn)
@@ -464,7 +487,8 @@ def _median_rate(results: list[Result]) -> float:
 
 def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
                 before_indexes: bool = False, notify_all: bool = False,
-                before_chains: Path | None = None, caps: bool = False) -> dict[str, list[Result]]:
+                before_chains: Path | None = None, caps: bool = False,
+                asynchronous: bool = False) -> dict[str, list[Result]]:
     """bare, bare fused and leasectl (and leasectl without 0007's and 0008's indexes, with a
     NOTIFY for every change, and on 0013's schema with 0013's SQL), `repeat` rounds, each round in
     a rotated order."""
@@ -481,6 +505,10 @@ def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
         systems.append(("leasectl-0013", lambda: bench_leasectl(server, workers, calls, before_chains=before_chains)))
     if caps:
         systems.append(("leasectl-caps", lambda: bench_leasectl(server, workers, calls, caps=True)))
+    if asynchronous:
+        systems.append(("leasectl-async", lambda: bench_leasectl(server, workers, calls, asynchronous=True)))
+        systems.append(("pgqueuer-asyncpg", lambda: bench_pgqueuer(server, workers, calls, driver="asyncpg",
+                                                                   consumers=5)))
     results: dict[str, list[Result]] = {name: [] for name, _ in systems}
     n = len(systems)
     for r in range(repeat):
@@ -515,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--caps", action="store_true",
                         help="also run the reference worker with its tool capped (max_running one above the "
                              "workers, so the cap never holds one back): what counting under the cap costs a claim")
+    parser.add_argument("--async", dest="asynchronous", action="store_true",
+                        help=f"also run AsyncWorker (concurrency {ASYNC_CONCURRENCY}: claim_many.sql, complete_many.sql "
+                             "in groups) and pgqueuer at its best settings (asyncpg, 5 consumers, batch 10, uvloop), "
+                             "both alternated with the rest: 'async/pgq' = AsyncWorker / pgqueuer, same rounds")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
     with contextlib.ExitStack() as stack:
@@ -563,6 +595,11 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
             print("  +caps:    the reference worker with tools.max_running set one above the worker count (every "
                   "claim counted under the cap's lock; the cap never holds a worker back), alternated with the rest; "
                   "'caps/no' = that / leasectl")
+        if args.asynchronous:
+            print(f"  async:    AsyncWorker(concurrency={ASYNC_CONCURRENCY}) per process: claim_many.sql, async no-op "
+                  "handlers, complete_many.sql in groups, each completion durable before its handler is told; "
+                  "pgq-apg: pgqueuer, asyncpg, 5 consumers per process, batch 10, uvloop; both alternated with "
+                  "the rest; 'async/pgq' = that ratio")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
@@ -578,6 +615,8 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
             header += f"  {'-0013/s':>7}  {'vs -0013':>8}"
         if args.caps:
             header += f"  {'+caps/s':>7}  {'caps/no':>7}"
+        if args.asynchronous:
+            header += f"  {'async/s':>7}  {'pgq-apg/s':>9}  {'async/pgq':>9}"
         if not args.no_peers:
             header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
                        f"{'busy':>4}")
@@ -586,7 +625,8 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
         for w in counts:
             ceiling = bench_ceiling(server, w, args.ceiling_seconds)
             res = _alternated(server, w, args.calls, args.repeat, before_indexes=args.before_indexes,
-                              notify_all=args.notify_all, before_chains=before_chains, caps=args.caps)
+                              notify_all=args.notify_all, before_chains=before_chains, caps=args.caps,
+                              asynchronous=args.asynchronous)
             bare, fused, ours = res["bare"], res["bare-fused"], res["leasectl"]
             ratios = [o.rate / b.rate for o, b in zip(ours, bare, strict=True)]
             cells = [f"{w:>7}", f"{ceiling:>6.0f}", f"{_median_rate(bare):>7.0f}", f"{_median_rate(fused):>9.0f}",
@@ -608,6 +648,10 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
             if args.caps:
                 capped = res["leasectl-caps"]
                 cells += [f"{_median_rate(capped):>7.0f}", f"{_median_rate(capped) / _median_rate(ours):>7.2f}"]
+            if args.asynchronous:
+                fast, peer = res["leasectl-async"], res["pgqueuer-asyncpg"]
+                cells += [f"{_median_rate(fast):>7.0f}", f"{_median_rate(peer):>9.0f}",
+                          f"{_median_rate(fast) / _median_rate(peer):>9.2f}"]
             if not args.no_peers:
                 psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
                 apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)

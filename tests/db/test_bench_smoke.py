@@ -23,8 +23,9 @@ RUNS = {
                 ["scrape", "metrics --json", "screen 7"]),
     "bulk": (["--calls", "50", "--runs", "1"], ["batched (leasectl)", "one transaction per call", "longest txn"]),
     "protocol": (["--calls", "200", "--workers", "1", "--repeat", "1", "--no-peers", "--before-indexes",
-                  "--notify-all", "--before-chains", "--ceiling-seconds", "1"],
-                 ["workers", "renewals:", "a CHECKPOINT right before each timed run", "+notify/s", "vs -0013"]),
+                  "--notify-all", "--before-chains", "--async", "--ceiling-seconds", "1"],
+                 ["workers", "renewals:", "a CHECKPOINT right before each timed run", "+notify/s", "vs -0013",
+                  "async/pgq"]),
     "scale": (["--calls", "40", "--processes", "2", "--heartbeat", "1", "--seconds", "3", "--triage-runs", "3",
                "--no-ceiling"], ["renewals/s achieved", "smallest lease margin", "triage refresh median"]),
 }

@@ -39,9 +39,11 @@ def running(conn: Any, *, tool: str | None = None, agent: str | None = None) -> 
 
 
 def claim_and_finish_all(db: Any, total: int, tools: list[str], claimers: int,
-                         sample: Any) -> tuple[int, list[int]]:
+                         sample: Any, batch: int | None = None) -> tuple[int, list[int]]:
     """`claimers` threads, each on its own connection, claim and complete until `total` calls are
-    done, holding each for 10-30 ms; a sampler reads `sample(conn)` every ~2 ms meanwhile."""
+    done, holding each for 10-30 ms; a sampler reads `sample(conn)` every ~2 ms meanwhile. With
+    `batch`, each claims up to that many at once (claim_many.sql) and completes them in one group
+    (complete_many.sql), as AsyncWorker does."""
     done: list[int] = []
     samples: list[int] = []
     stop = threading.Event()
@@ -51,6 +53,15 @@ def claim_and_finish_all(db: Any, total: int, tools: list[str], claimers: int,
         try:
             with db.connect() as c:
                 while len(done) < total and not stop.is_set():
+                    if batch is not None:
+                        many = h.claim_many(c, f"w{i}", tools, batch)
+                        if many:
+                            time.sleep(random.uniform(0.01, 0.03))
+                            assert len(h.complete_many(c, many, f"w{i}")) == len(many)
+                            done.extend([1] * len(many))
+                            continue
+                        time.sleep(0.002)
+                        continue
                     got = h.claim(c, f"w{i}", tools)
                     if got is None:
                         time.sleep(0.002)
@@ -82,18 +93,21 @@ def claim_and_finish_all(db: Any, total: int, tools: list[str], claimers: int,
     return len(done), samples
 
 
-def test_sixteen_claimers_never_run_more_than_the_tools_cap(db: Any, conn: Any) -> None:
+@pytest.mark.parametrize("batch", [None, 4], ids=["claim", "claim_many"])
+def test_sixteen_claimers_never_run_more_than_the_tools_cap(db: Any, conn: Any, batch: int | None) -> None:
     set_limits(conn, "capped", max_running=3)
     for _ in range(90):
         h.enqueue(conn, "capped")
-    finished, samples = claim_and_finish_all(db, 90, ["capped"], 16, lambda c: running(c, tool="capped"))
+    finished, samples = claim_and_finish_all(db, 90, ["capped"], 16, lambda c: running(c, tool="capped"),
+                                             batch=batch)
     assert finished == 90, "every call ran: a cap throttles, it does not starve"
     assert len(samples) > 50, "sampled throughout"
     assert max(samples) <= 3, f"never above the cap: {max(samples)} ran at once"
     assert max(samples) == 3, "the cap was reached: the claimers did race"
 
 
-def test_an_agents_cap_holds_across_its_tools(db: Any, conn: Any) -> None:
+@pytest.mark.parametrize("batch", [None, 3], ids=["claim", "claim_many"])
+def test_an_agents_cap_holds_across_its_tools(db: Any, conn: Any, batch: int | None) -> None:
     h.register_agent(conn, "planner")
     assert run_one(conn, "admin/set_agent_limit", agent_id="planner", max_running=2) is not None
     for i in range(40):
@@ -101,7 +115,7 @@ def test_an_agents_cap_holds_across_its_tools(db: Any, conn: Any) -> None:
     for _ in range(10):  # another agent's calls are not held back by this one's cap
         h.enqueue(conn, "search")
     finished, samples = claim_and_finish_all(db, 50, ["search", "capped"], 12,
-                                             lambda c: running(c, agent="planner"))
+                                             lambda c: running(c, agent="planner"), batch=batch)
     assert finished == 50
     assert max(samples) <= 2, f"the agent never ran more than its cap: {max(samples)}"
     assert max(samples) == 2

@@ -132,6 +132,38 @@ def test_fused_complete_and_claim_keeps_claim_and_complete_identical():
     assert _normalise(where) in _normalise(fused), "complete.sql's guard drifted"
 
 
+def test_claim_many_keeps_claim_identical_but_for_its_limits():
+    """claim_many.sql is claim.sql for up to max_calls calls: the same conditions, word for word."""
+    claim = sql.load("worker/claim").source
+    many = sql.load("worker/claim_many").source
+    body = _normalise(claim[claim.index("with expired as ("):])
+    many_body = _normalise(many[many.index("with expired as ("):])
+    # apart on purpose: each branch takes up to what is left of max_calls, and the queue is read
+    # beside the expired leases, not only when there is none
+    expected = body.replace("order by j.lease_until limit 1",
+                            "order by j.lease_until limit greatest(coalesce(:max_calls::integer, 0), 0)", 1)
+    expected = expected.replace(" and not exists (select 1 from expired)", "", 1)
+    expected = expected.replace(
+        "order by j.priority desc, j.created_at limit 1",
+        "order by j.priority desc, j.created_at -- (here only) what the expired leases left of max_calls "
+        "limit greatest(coalesce(:max_calls::integer, 0) - (select count(*) from expired), 0)", 1)
+    assert expected != body
+    assert many_body == expected, "claim_many.sql drifted from claim.sql"
+
+
+def test_complete_many_keeps_complete_s_guard():
+    """Each result of a group is written under exactly complete.sql's guard, its own token for :fencing_token."""
+    complete = sql.load("worker/complete").source
+    many = _normalise(sql.load("worker/complete_many").source)
+    guard = _normalise(complete[complete.index("where id"):complete.index("returning")])
+    conditions = guard.removeprefix("where ").split(" and ")
+    assert len(conditions) == 5
+    for condition in conditions:
+        expected = "j." + condition.replace(":job_id::uuid", "done.id").replace(":fencing_token::bigint",
+                                                                               "done.fencing_token")
+        assert expected in many, expected
+
+
 def test_complete_and_enqueue_keeps_complete_and_enqueue_identical():
     """The fused stage end is complete.sql's guarded write and enqueue.sql's function: one text each."""
     fused = _normalise(sql.load("worker/complete_and_enqueue").source)

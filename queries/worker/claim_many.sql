@@ -1,0 +1,101 @@
+-- Purpose: claim up to max_calls calls in one statement, one transaction and one commit, with
+--   the rules of claim.sql (the same conditions, word for word but for the limits; a test keeps
+--   them so): expired leases that are safe to redo first (oldest expiry first), then the queue by
+--   priority, oldest first, for what is left of max_calls. Each call gets its own lease and a new
+--   fencing token, exactly as from claim.sql. For a worker that starts several calls at once
+--   (AsyncWorker): it asks for no more than it can start now, so a claimed call never waits in
+--   the worker while its lease runs.
+--   Caps (migration 0016): the queue's filter counts the running calls as of this statement's
+--   snapshot, so a batch may choose more calls of a capped tool or agent than it has free slots;
+--   each chosen call then takes its slots in turn (leasectl_take_slot) and those past the cap are
+--   left queued (locked until this commit, so other claimers pass them by meanwhile). The cap is
+--   never exceeded; the batch may come back smaller than max_calls although other tools' calls
+--   were waiting.
+--   max_calls null or below 1 claims nothing.
+-- Zero rows: nothing to do for these tools right now (or only calls under a cap, or paused).
+-- Parameters: worker_id, tools (text[] or null for any tool), max_calls
+with expired as (
+    select j.id, j.tool, j.agent_id, t.max_running
+    from tool_jobs j
+    join tools t on t.name = j.tool
+    where j.state = 'running'
+      and j.lease_until < now()
+      and (:tools::text[] is null or j.tool = any(:tools::text[]))
+      and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)
+      -- an attempt left, and the tool not paused (0016): one comparison, see the queue's below
+      and j.attempt < case when t.paused_at is null then t.max_attempts + j.extra_attempts else 0 end
+      and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
+      and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
+      and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
+    order by j.lease_until
+    limit greatest(coalesce(:max_calls::integer, 0), 0)
+    for update of j skip locked
+),
+fresh as (
+    select j.id, j.tool, j.agent_id, t.max_running
+    from tool_jobs j
+    join tools t on t.name = j.tool
+    where j.state = 'queued'
+      and (:tools::text[] is null or j.tool = any(:tools::text[]))
+      -- an attempt left, the tool not paused, and by this statement's snapshot a free slot under the
+      -- caps, the tool's and the agent's max_running (0016; the slot itself is taken below, for the
+      -- one call chosen). One comparison on purpose: a test of its own on tools' columns (paused_at
+      -- is null) is estimated at 0.5 % of the rows when tools has no statistics (a small table
+      -- autovacuum seldom analyzes), and the planner then sorts the whole queue instead of walking
+      -- tool_jobs_queued_idx: claims measured 5 times slower
+      and j.attempt < case when t.paused_at is not null then 0
+                           when (t.max_running is null
+                                 or t.max_running > (select count(*) from tool_jobs r
+                                                     where r.tool = j.tool
+                                                       and r.state in ('running', 'cancel_requested')))
+                                and not exists (select 1 from agents a
+                                                where a.id = j.agent_id and a.max_running is not null
+                                                  and a.max_running <= (select count(*) from tool_jobs r
+                                                                        where r.agent_id = j.agent_id
+                                                                          and r.state in ('running', 'cancel_requested')))
+                           then t.max_attempts + j.extra_attempts
+                           else 0 end
+      and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
+      and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
+      and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')
+    order by j.priority desc, j.created_at
+    -- (here only) what the expired leases left of max_calls
+    limit greatest(coalesce(:max_calls::integer, 0) - (select count(*) from expired), 0)
+    for update of j skip locked
+),
+candidate as (
+    select * from expired
+    union all
+    select * from fresh
+),
+-- A capped call takes a slot of each cap now (leasectl_take_slot, the tool's first), or is not
+-- claimed this time: another claimer took the last free one since this statement's snapshot. In
+-- the select list, so that it runs for the chosen call only (a condition could be evaluated on
+-- other rows before the join). The guard checks the slots again (leasectl_claim_room).
+slotted as materialized (
+    select c.id,
+           case when c.max_running is null
+                     and not exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
+                then true
+                when c.max_running is not null and not leasectl_take_slot('tool', c.tool, c.id) then false
+                when exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
+                then leasectl_take_slot('agent', c.agent_id, c.id)
+                else true end as has_room
+    from candidate c
+)
+update tool_jobs j
+set state         = 'running',
+    owner_id      = :worker_id::text,
+    lease_until   = least(now() + t.lease_seconds * interval '1 second', j.deadline_at),
+    heartbeat_at  = now(),
+    fencing_token = j.fencing_token + 1,
+    attempt       = j.attempt + 1,
+    claimed_at    = now()
+from slotted c, tools t
+where j.id = c.id
+  and c.has_room
+  and t.name = j.tool
+returning j.id, j.payload, j.fencing_token, j.lease_until, j.attempt, j.tool,
+          j.side_effect_started_at, j.external_request_id, j.idempotency_key, j.deadline_at,
+          j.agent_id, j.chain_id, j.stage, t.side_effect, t.heartbeat_seconds, t.lease_seconds, t.jitter_seconds,
+          now() as db_now
