@@ -17,6 +17,8 @@
 --                                  fence, 4 a request started, 5 an operator's cancel, 6 an approved
 --                                  retry, 7 a rejection); each of its two branches wrote the CASE
 --                                  out. Inlined, parallel safe: the same expression in each plan.
+--   agents_capped_idx              the agents with a cap (max_running), which every claim reads
+--                                  (queries/worker/claim.sql: full_caps)
 --   leasectl_call_span             a call's first claim (started_at) and the last time it left
 --                                  running without finishing there (left_running_at), from its
 --                                  history: the chain story (views/chain.sql) and the chains list
@@ -62,6 +64,10 @@ language sql stable set search_path = pg_catalog, public, pg_temp as $$
     from public.job_events e
     where e.job_id = p_job_id
 $$;
+
+-- The claim counts each capped agent's running calls once per statement (queries/worker/claim.sql,
+-- full_caps): the agents with a cap found by index, not by reading every agent at each claim.
+create index agents_capped_idx on public.agents (id) where max_running is not null;
 
 insert into leasectl_migrations (version, name) values (19, '0019_audit_rules')
 on conflict (version) do nothing;

@@ -31,30 +31,38 @@ with expired as (
     limit greatest(coalesce(:max_calls::integer, 0), 0)
     for update of j skip locked
 ),
+-- the tools and the agents whose cap (max_running, 0016) is full by this statement's snapshot,
+-- each counted once per statement, not once for each queued call looked at (the count in the
+-- queue's filter made the planner price every call it would look at so high that, for a batch,
+-- it sorted the whole queue instead of walking tool_jobs_queued_idx); the slot itself is taken
+-- below, for the calls chosen
+full_caps as materialized (
+    select array(select t.name from tools t
+                 where t.max_running is not null
+                   and t.max_running <= (select count(*) from tool_jobs r
+                                         where r.tool = t.name
+                                           and r.state in ('running', 'cancel_requested'))) as tools,
+           array(select a.id from agents a
+                 where a.max_running is not null
+                   and a.max_running <= (select count(*) from tool_jobs r
+                                         where r.agent_id = a.id
+                                           and r.state in ('running', 'cancel_requested'))) as agents
+),
 fresh as (
     select j.id, j.tool, j.agent_id, t.max_running
     from tool_jobs j
     join tools t on t.name = j.tool
+    cross join full_caps f
     where j.state = 'queued'
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
-      -- an attempt left, the tool not paused, and by this statement's snapshot a free slot under the
-      -- caps, the tool's and the agent's max_running (0016; the slot itself is taken below, for the
-      -- one call chosen). One comparison on purpose: a test of its own on tools' columns (paused_at
-      -- is null) is estimated at 0.5 % of the rows when tools has no statistics (a small table
-      -- autovacuum seldom analyzes), and the planner then sorts the whole queue instead of walking
-      -- tool_jobs_queued_idx: claims measured 5 times slower
-      and j.attempt < case when t.paused_at is not null then 0
-                           when (t.max_running is null
-                                 or t.max_running > (select count(*) from tool_jobs r
-                                                     where r.tool = j.tool
-                                                       and r.state in ('running', 'cancel_requested')))
-                                and not exists (select 1 from agents a
-                                                where a.id = j.agent_id and a.max_running is not null
-                                                  and a.max_running <= (select count(*) from tool_jobs r
-                                                                        where r.agent_id = j.agent_id
-                                                                          and r.state in ('running', 'cancel_requested')))
-                           then t.max_attempts + j.extra_attempts
-                           else 0 end
+      -- an attempt left, and the tool not paused (0016): one comparison, as in expired above. A
+      -- test of its own on tools' columns (paused_at is null) is estimated at 0.5 % of the rows
+      -- when tools has no statistics (a small table autovacuum seldom analyzes), and the planner
+      -- then sorts the whole queue instead of walking tool_jobs_queued_idx: claims measured 5
+      -- times slower. Not under a full cap (full_caps).
+      and j.attempt < case when t.paused_at is null then t.max_attempts + j.extra_attempts else 0 end
+      and j.tool <> all (f.tools)
+      and (j.agent_id is null or j.agent_id <> all (f.agents))
       and (j.deadline_at is null or j.deadline_at > now() + t.min_time_left_seconds * interval '1 second')
       and not exists (select 1 from tool_jobs c where c.chain_id = j.chain_id and c.cancel_requested_at is not null)
       and not exists (select 1 from agents a where a.id = j.agent_id and a.state <> 'running')

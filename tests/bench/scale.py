@@ -158,10 +158,30 @@ def _sleeping_tool(slice_seconds: float):  # type: ignore[no-untyped-def]
     return handler
 
 
-def _worker_process(dsn: str, index: int, concurrency: int, heartbeat: float, pipe: Connection) -> None:
-    """One worker process: one Worker(concurrency=N), told what to do over `pipe`:
-    "go" starts it, "stats" answers its figures, "stop" stops it and answers the last ones."""
-    from console.worker import Worker
+def _async_sleeping_tool(slice_seconds: float):  # type: ignore[no-untyped-def]
+    from console.worker import AsyncCallContext
+
+    async def handler(ctx: AsyncCallContext) -> dict[str, Any]:
+        global _running
+        _running += 1  # the loop's thread only
+        started = time.monotonic()
+        try:
+            while not _stop_calls.is_set():
+                await ctx.sleep(slice_seconds)  # wakes at once (and raises) on a lost lease or a cancel
+        finally:
+            _running -= 1
+        return {"slept": round(time.monotonic() - started, 3)}
+
+    return handler
+
+
+def _worker_process(dsn: str, index: int, concurrency: int, heartbeat: float, pipe: Connection,
+                    asynchronous: bool = False) -> None:
+    """One worker process: one Worker(concurrency=N), or one AsyncWorker, told what to do over
+    `pipe`: "go" starts it, "stats" answers its figures, "stop" stops it and answers the last ones."""
+    import resource
+
+    from console.worker import AsyncWorker, Worker
 
     confirmed: dict[Any, datetime] = {}  # job -> the database time its lease was last granted or renewed
     renewals: list[tuple[Any, datetime, float]] = []  # (job, database time, seconds since the one before)
@@ -178,8 +198,13 @@ def _worker_process(dsn: str, index: int, concurrency: int, heartbeat: float, pi
         elif kind == "claim":
             confirmed[job_id] = at
 
-    worker = Worker(dsn, f"scale-{index}", {TOOL: _sleeping_tool(heartbeat)}, concurrency=concurrency,
-                    poll_interval=0.2, observer=observe)
+    if asynchronous:
+        # claims of up to 500 a statement: the ramp is what a batch buys here
+        worker: Worker = AsyncWorker(dsn, f"scale-{index}", {TOOL: _async_sleeping_tool(heartbeat)},
+                                     concurrency=concurrency, claim_batch=500, poll_interval=0.2, observer=observe)
+    else:
+        worker = Worker(dsn, f"scale-{index}", {TOOL: _sleeping_tool(heartbeat)}, concurrency=concurrency,
+                        poll_interval=0.2, observer=observe)
     stop = threading.Event()
     outcome: dict[str, Any] = {"done": None, "error": None}
 
@@ -192,7 +217,8 @@ def _worker_process(dsn: str, index: int, concurrency: int, heartbeat: float, pi
     def figures() -> dict[str, Any]:
         times = os.times()
         return {"stats": asdict(worker.renewal_stats), "running": _running, "threads": threading.active_count(),
-                "cpu": times.user + times.system, "done": outcome["done"], "error": outcome["error"]}
+                "cpu": times.user + times.system, "done": outcome["done"], "error": outcome["error"],
+                "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     runner = threading.Thread(target=work, name="worker-run")
     try:
@@ -292,12 +318,12 @@ class Fleet:
         return answers, trouble
 
 
-def start_fleet(dsn: str, processes: int, concurrency: int, heartbeat: float) -> Fleet:
+def start_fleet(dsn: str, processes: int, concurrency: int, heartbeat: float, asynchronous: bool = False) -> Fleet:
     ctx = mp.get_context("spawn")
     fleet = Fleet()
     for i in range(processes):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=_worker_process, args=(dsn, i, concurrency, heartbeat, child), daemon=True,
+        p = ctx.Process(target=_worker_process, args=(dsn, i, concurrency, heartbeat, child, asynchronous), daemon=True,
                         name=f"scale-worker-{i}")
         p.start()
         child.close()
@@ -373,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triage-runs", type=int, default=40, help="triage refreshes over the window (default 40)")
     parser.add_argument("--ramp-timeout", type=float, default=600, help="longest wait for every call to run")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the renewal ceiling after the run")
+    parser.add_argument("--async", dest="asynchronous", action="store_true",
+                        help="AsyncWorker processes (the calls are tasks on one event loop, claimed 500 a statement) "
+                             "instead of Worker (a thread per call)")
     args = parser.parse_args(argv)
     h = args.heartbeat
     concurrency = math.ceil(args.calls / args.processes)
@@ -398,11 +427,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  server:   PostgreSQL {server.version} ({'embedded' if server.embedded else 'external'}), "
                   + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
             print(f"  workload: {args.calls} calls of a tool that sleeps (ctx.sleep({h:g}) slices until stopped), "
-                  f"H = {h:g} s, lease {3 * h:g} s; {args.processes} worker processes x 1 Worker(concurrency="
+                  f"H = {h:g} s, lease {3 * h:g} s; {args.processes} worker processes x 1 "
+                  f"{'AsyncWorker' if args.asynchronous else 'Worker'}(concurrency="
                   f"{concurrency}); {args.calls} enqueued in {enqueued_in:.1f} s")
             print(flush=True)
 
-            fleet = start_fleet(dsn, args.processes, concurrency, h)
+            fleet = start_fleet(dsn, args.processes, concurrency, h, args.asynchronous)
             ramp0 = time.perf_counter()
             with connect(dsn) as probe, connect(dsn) as triage_conn:
                 running = 0
@@ -501,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
             clients = max(int(s["clients"]) for s in samples)
             worker_conns = max(int(s["workers"]) for s in samples)
             threads = sum(int(a["threads"]) for a in after)
+            memory = ", ".join(f"{a.get('rss_mb', 0):.0f}" for a in after)
+            per_process = 3 if args.asynchronous else 2  # AsyncWorker: a connection for completions too
             if srv is None:
                 srv_how = "machine-wide busy (/proc/stat) minus the workers' and this process' CPU (server not local)"
                 srv = busy - workers_cpu - self_cpu
@@ -519,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{server.settings['synchronous_commit']}, fsync={server.settings['fsync']}")
             print(f"  calls {args.calls}; processes {args.processes} (concurrency {concurrency} each, "
                   f"{threads} threads in all); H {h:g} s, lease {3 * h:g} s")
-            print(f"  connections: {worker_conns} of the workers (aim <= {2 * args.processes}), {clients} client "
+            print(f"  memory: peak resident set of each worker process, MB: {memory}")
+            print(f"  connections: {worker_conns} of the workers (aim <= {per_process * args.processes}), {clients} client "
                   f"backends on the database in all (this benchmark's 2 included), largest seen in "
                   f"{len(samples)} samples")
             print(f"  window {wall:.1f} s, after a ramp of {ramp:.1f} s; load average {load_before} before, "
@@ -591,8 +624,8 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.append("renewals below the needed rate")
             if statistics.median(timings) > 50:
                 verdicts.append("triage median above 50 ms")
-            if worker_conns > 2 * args.processes:
-                verdicts.append("more than 2 connections per process")
+            if worker_conns > per_process * args.processes:
+                verdicts.append(f"more than {per_process} connections per process")
             if lost:
                 verdicts.append(f"{lost} leases lost")
             print("aims: " + ("all met" if not verdicts else "NOT MET: " + "; ".join(verdicts)))
