@@ -27,7 +27,7 @@ What differs from Worker, and why:
   a Worker's two (claims and writes; heartbeats and events) and one for the completions, so that
   a group commits while the next batch is claimed. Three per process, whatever the number of
   calls. The room to claim is what the running handlers leave: a call whose result waits for its
-  group's commit starts nothing, and its lease is renewed until the commit.
+  group's commit starts nothing, and its lease is renewed until its group is sent.
 
 Every rule of the call itself is Worker's own code, run on that pool: a failure, a cancel
 confirmed, a side effect's start, a check recorded, a chain's next stage, a deadline (a handler
@@ -193,22 +193,28 @@ class GroupStats:
     largest: int = 0
 
 
+def _stop_all(leases: list[Heartbeat]) -> None:
+    for lease in leases:
+        lease.stop()  # waits for a renewal in flight: the completion must not meet it on the row
+
+
 class _Completions:
     """Group commit: results wait here until their group's statement has committed."""
 
     def __init__(self, worker: AsyncWorker) -> None:
         self.worker = worker
         self.stats = GroupStats()
-        self._waiting: list[tuple[ClaimedCall, bytes, asyncio.Future[dict[str, Any] | None]]] = []
+        self._waiting: list[tuple[Heartbeat, bytes, asyncio.Future[dict[str, Any] | None]]] = []
         self._wake = asyncio.Event()
         self._closing = False
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="completions")
 
-    async def store(self, call: ClaimedCall, body: bytes) -> dict[str, Any] | None:
-        """The row complete_many.sql returned for the call once its group has committed; None when
-        its result was not stored (the lease was lost) or the group's fate is unknown."""
+    async def store(self, lease: Heartbeat, body: bytes) -> dict[str, Any] | None:
+        """The row complete_many.sql returned for the lease's call once its group has committed;
+        None when its result was not stored (the lease was lost) or the group's fate is unknown.
+        The lease is renewed while it waits, and no more once its group is sent."""
         future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((call, body, future))
+        self._waiting.append((lease, body, future))
         self._wake.set()
         return await future
 
@@ -231,24 +237,25 @@ class _Completions:
             group, self._waiting = self._waiting[:size], self._waiting[size:]
             if self._waiting:
                 self._wake.set()
+            await self.worker.off_loop(_stop_all, [lease for lease, _, _ in group])
             try:
-                rows = await self.worker.off_loop(self.worker.complete_group, [(c, b) for c, b, _ in group])
+                rows = await self.worker.off_loop(self.worker.complete_group, [(x.call, b) for x, b, _ in group])
             except LeasectlError as exc:
                 # rolled back or fate unknown: each result is sent alone (complete.sql), whose guard
                 # makes a repeat of a committed one harmless; a refusal is told as such below
                 log.warning("a group of %d completions failed (%s); each is sent alone", len(group), exc)
                 rows = {}
-                for call, body, _ in group:
+                for lease, body, _ in group:
                     try:
-                        rows[call.id] = await self.worker.off_loop(self.worker._complete_alone, call, body)
+                        rows[lease.call.id] = await self.worker.off_loop(self.worker._complete_alone, lease.call, body)
                     except LeasectlError:
-                        rows[call.id] = None
+                        rows[lease.call.id] = None
             self.stats.groups += 1
             self.stats.results += len(group)
             self.stats.largest = max(self.stats.largest, len(group))
-            for call, _, future in group:
+            for lease, _, future in group:
                 if not future.done():
-                    future.set_result(rows.get(call.id))
+                    future.set_result(rows.get(lease.call.id))
 
 
 @dataclass
@@ -431,13 +438,14 @@ class AsyncWorker(Worker):
                 result = await self._run_handler_async(call, actx, heartbeat)
             finally:
                 self._handler_ended()
-                if not self._renewals.remove_if_idle(heartbeat):
-                    await self.off_loop(heartbeat.stop)  # a renewal is in flight: its verdict first
         except _Abandoned:
+            await self._stop_renewals(heartbeat)
             return await self.off_loop(self._ended_at_deadline, call, "abandoned")
         except Exception as exc:  # noqa: BLE001 - a crashing tool must not crash the worker
+            await self._stop_renewals(heartbeat)
             outcome = await self.off_loop(self._raised, call, ctx, heartbeat, exc)
         else:
+            # renewed until its group is sent (a group may wait behind others longer than a lease)
             outcome = await self._settle(call, ctx, heartbeat, result)
         if outcome.status == "lease_lost" and heartbeat.past_deadline():
             return await self.off_loop(self._ended_at_deadline, call, "stopped", outcome.detail)
@@ -475,6 +483,12 @@ class AsyncWorker(Worker):
         if self._executor is not None:
             self.loop.run_in_executor(self._executor, self._late, call, result, error)
 
+    async def _stop_renewals(self, heartbeat: Heartbeat) -> None:
+        """No renewal of this lease after this returns (one in flight is waited for, off the loop):
+        the call's last write must not meet its own renewal on the row."""
+        if not self._renewals.remove_if_idle(heartbeat):
+            await self.off_loop(heartbeat.stop)
+
     async def _settle(self, call: ClaimedCall, ctx: CallContext, heartbeat: Heartbeat, result: Any) -> CallOutcome:
         """A handler's answer: the plain result of a call still held goes to the group; anything
         else (a cancel, a next stage, a lease in doubt, a late result) to Worker's own code."""
@@ -484,14 +498,16 @@ class AsyncWorker(Worker):
                  and heartbeat.seconds_confirmed() >= call.heartbeat_seconds
                  and not self.partitioned.is_set())
         if not plain:
+            await self._stop_renewals(heartbeat)
             return await self.off_loop(self._returned, call, ctx, heartbeat, result, False)
         try:
             body = serialise_result(result)
         except (TypeError, ValueError) as exc:
+            await self._stop_renewals(heartbeat)
             return await self.off_loop(self._raised, call, ctx, heartbeat,
                                        TypeError(f"the result is not JSON: {exc}"))
         assert self._completions is not None
-        row = await self._completions.store(call, body)
+        row = await self._completions.store(heartbeat, body)
         if row is None:
             # zero rows, or no answer: did an earlier attempt land? (a read: off the loop)
             return await self.off_loop(self._completed, call, body, None, statement="complete_many.sql")
