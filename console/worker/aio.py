@@ -237,25 +237,36 @@ class _Completions:
             group, self._waiting = self._waiting[:size], self._waiting[size:]
             if self._waiting:
                 self._wake.set()
-            await self.worker.off_loop(_stop_all, [lease for lease, _, _ in group])
             try:
-                rows = await self.worker.off_loop(self.worker.complete_group, [(x.call, b) for x, b, _ in group])
-            except LeasectlError as exc:
-                # rolled back or fate unknown: each result is sent alone (complete.sql), whose guard
-                # makes a repeat of a committed one harmless; a refusal is told as such below
-                log.warning("a group of %d completions failed (%s); each is sent alone", len(group), exc)
-                rows = {}
-                for lease, body, _ in group:
-                    try:
-                        rows[lease.call.id] = await self.worker.off_loop(self.worker._complete_alone, lease.call, body)
-                    except LeasectlError:
-                        rows[lease.call.id] = None
+                rows = await self._send(group)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave every waiting call hanging
+                for _, _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
             self.stats.groups += 1
             self.stats.results += len(group)
             self.stats.largest = max(self.stats.largest, len(group))
             for lease, _, future in group:
                 if not future.done():
                     future.set_result(rows.get(lease.call.id))
+
+    async def _send(self, group: list[tuple[Heartbeat, bytes, asyncio.Future[dict[str, Any] | None]]]
+                    ) -> dict[Any, dict[str, Any] | None]:
+        await self.worker.off_loop(_stop_all, [lease for lease, _, _ in group])
+        try:
+            return await self.worker.off_loop(self.worker.complete_group, [(x.call, b) for x, b, _ in group])
+        except LeasectlError as exc:
+            # rolled back or fate unknown: each result is sent alone (complete.sql), whose guard
+            # makes a repeat of a committed one harmless; a refusal is told as such
+            log.warning("a group of %d completions failed (%s); each is sent alone", len(group), exc)
+            rows: dict[Any, dict[str, Any] | None] = {}
+            for lease, body, _ in group:
+                try:
+                    rows[lease.call.id] = await self.worker.off_loop(self.worker._complete_alone, lease.call, body)
+                except LeasectlError:
+                    rows[lease.call.id] = None
+            return rows
 
 
 @dataclass

@@ -188,3 +188,32 @@ def test_a_sigkill_at_any_instant_loses_no_reported_completion(db: Any, conn: An
     assert len(reported) > 50, "the worker did report completions between the kills"
     succeeded = {str(r["id"]) for r in conn.execute("select id from tool_jobs where state = 'succeeded'")}
     assert reported <= succeeded, f"reported but not stored: {sorted(reported - succeeded)[:5]}"
+
+
+def test_a_group_that_fails_is_sent_result_by_result_and_a_bug_there_hangs_nobody(db: Any, conn: Any) -> None:
+    """The group's statement fails once with a lost connection (its fate unknown): each result is
+    sent alone through complete.sql and every call succeeds. Then an unexpected error in a group:
+    its calls end (left to their leases), the worker does not wait for them for ever."""
+    from console.shared.errors import DatabaseUnavailable
+
+    ids = [enqueue(conn, "search")["id"] for _ in range(6)]
+
+    async def handler(ctx: AsyncCallContext) -> dict:
+        return {"ok": True}
+
+    worker = AsyncWorker(db.dsn, "wa", handler, poll_interval=0.05, concurrency=3, claim_batch=3)
+    real = worker.complete_group
+    failures: list[BaseException] = [DatabaseUnavailable("the connection broke mid-group"), RuntimeError("a bug")]
+
+    def flaky(group: Any) -> Any:
+        if failures:
+            raise failures.pop(0)
+        return real(group)
+
+    worker.complete_group = flaky  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    assert worker.run(threading.Event(), max_calls=6) <= 6
+    assert time.monotonic() - t0 < 20, "nobody waited for ever"
+    found = states(conn, ids)
+    assert list(found.values()).count("succeeded") >= 3, found
+    assert set(found.values()) <= {"succeeded", "running"}, "a call the bug hit is left to its lease, never lost"
