@@ -60,6 +60,7 @@ def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True,
         for row in swept:
             report.notes.append(f"sweep: {str(row['id'])[:8]} {row['state_from']} -> {row['state_to']} "
                                 f"({row['reason']})")
+        _raise_lease_watch(conn, report)
     for active in run(conn, "supervisor/shutdowns_active"):
         try:
             advance(conn, active["id"], supervisor_id=supervisor_id, report=report)
@@ -70,6 +71,16 @@ def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True,
             log.warning("shutdown %s: %s", active["id"], exc)
     _propose_for_orphans(conn, report, supervisor_id)
     return report
+
+
+def _raise_lease_watch(conn: Conn, report: TickReport) -> None:
+    """After the sweep has resolved every expired lease it could, claims may skip their own search
+    for one until the earliest running lease can run out (migration 0020). A login without the
+    right only leaves claims searching, as they did before 0020."""
+    try:
+        run(conn, "supervisor/raise_lease_watch")
+    except PermissionDenied as exc:
+        report.failures.append(f"lease watch not raised: {exc}")
 
 
 def _propose_for_orphans(conn: Conn, report: TickReport, supervisor_id: str) -> None:

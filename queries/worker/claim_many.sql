@@ -19,6 +19,8 @@ with expired as (
     from tool_jobs j
     join tools t on t.name = j.tool
     where j.state = 'running'
+      -- skipped while no lease can have run out yet (the lease watch, migration 0020)
+      and not exists (select 1 from leasectl_lease_watch w where w.next_expiry > now())
       and j.lease_until < now()
       and (:tools::text[] is null or j.tool = any(:tools::text[]))
       and not (t.side_effect = 'mutating_unverifiable' and j.side_effect_started_at is not null)

@@ -2,7 +2,7 @@
 their leases renewed in batches, and the console's triage refresh meanwhile.
 
     python -m tests.bench.scale [--dsn DSN] [--calls 10000] [--processes 8] [--heartbeat 10]
-                                [--seconds 60] [--triage-runs 40] [--no-ceiling]
+                                [--seconds 60] [--triage-runs 40] [--claim-probes 40] [--no-ceiling]
 
 Setup: a fresh database on the server (a throwaway embedded PostgreSQL unless --dsn), one tool
 registered with heartbeat_seconds = H, lease_seconds = 3H, missed_heartbeats 2, jitter H/2, and
@@ -30,6 +30,13 @@ Once every call is running, over a window of `seconds`:
   triage refresh  console.db.reads.triage (what the Triage screen's load() calls for a refresh),
                   `triage-runs` times spread over the window on one connection, median and p95
                   (aim: <= 50 ms median); the calls it reports needing attention
+  claim           worker/claim.sql for any tool, taking the calls of a probe tool of the same sizing
+                  (`claim-probes` calls each time, each completed untimed), median: with none running before the fleet starts,
+                  and with every call running; then with every call running and the lease watch
+                  (migration 0020) put back to -infinity, i.e. the search for an expired lease that
+                  every claim made before 0020 (aim: at `calls` running <= 1.5x at none). A
+                  supervisor ticks every 5 s from before the first probe to the stop, as in a
+                  deployment: its sweep, then its raise of the watch.
 Reference, same run: the needed rate next to the achieved one, and (unless --no-ceiling) the
 server's ceiling for renewals -- heartbeat_many.sql flat out from `processes` connections over
 `calls` claimed calls, after the workers stopped (tests.bench.protocol.bench_heartbeats).
@@ -60,6 +67,7 @@ from console.db.connect import Conn, connect, run
 from tests.bench.common import CpuMeter, bench_server, machine_facts
 
 TOOL = "scale_sleep"
+PROBE = "scale_probe"  # claimed by this process only, to time claim.sql beside the fleet
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -68,6 +76,62 @@ def scale_tool(heartbeat: float) -> dict[str, Any]:
     return dict(name=TOOL, side_effect="read_only", lease_seconds=3 * heartbeat, heartbeat_seconds=heartbeat,
                 missed_heartbeats=2, jitter_seconds=heartbeat / 2, max_attempts=3, stage_timeout_seconds=None,
                 description="scale benchmark: sleeps until its worker stops")
+
+
+class SupervisorTicks:
+    """`leasectl supervise` in a thread: a tick (the sweep, the raise of the lease watch) every
+    `interval` seconds on its own connection; `paused()` holds it off between ticks."""
+
+    def __init__(self, dsn: str, interval: float = 5.0) -> None:
+        self.dsn = dsn
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ticks = 0
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="bench-supervisor", daemon=True)
+
+    def _run(self) -> None:
+        from console.control.supervisor import tick
+
+        with connect(self.dsn) as conn:
+            while not self.stop.is_set():
+                with self.lock:
+                    try:
+                        report = tick(conn, supervisor_id="bench-supervisor")
+                        self.errors += report.failures
+                    except Exception as exc:  # noqa: BLE001 - reported with the figures
+                        self.errors.append(f"{type(exc).__name__}: {exc}")
+                    self.ticks += 1
+                self.stop.wait(self.interval)
+
+    def start(self) -> None:
+        self.thread.start()
+        while not self.ticks and self.thread.is_alive():
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
+def probe_tool(heartbeat: float) -> dict[str, Any]:
+    return {**scale_tool(heartbeat), "name": PROBE, "description": "scale benchmark: claim probes"}
+
+
+def claim_probes(conn: Conn, rounds: int) -> list[float]:
+    """claim.sql, timed (ms); each call then completed, untimed."""
+    timings = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        # any tool, as a worker serving them all: its search for an expired lease reads every
+        # running call (the fleet's tool has no queued call left once all of them run)
+        row = run(conn, "worker/claim", worker_id="bench-probe", tools=None)
+        timings.append((time.perf_counter() - t) * 1000)
+        assert row, "a probe call to claim"
+        run(conn, "worker/complete", job_id=row[0]["id"], worker_id="bench-probe",
+            fencing_token=row[0]["fencing_token"], result=Jsonb({"probe": True}))
+    return timings
 
 
 # ------------------------------------------------------------------ /proc
@@ -340,11 +404,11 @@ def start_fleet(dsn: str, processes: int, concurrency: int, heartbeat: float, as
 # ------------------------------------------------------------------ the database side
 
 
-def enqueue(conn: Conn, calls: int) -> None:
+def enqueue(conn: Conn, calls: int, tool: str = TOOL) -> None:
     query = sql.load("worker/enqueue")
     with conn.cursor() as cur:
         cur.executemany(query.text, [query.bind(dict(
-            tool=TOOL, idempotency_key=f"scale-{i}", payload=Jsonb({"i": i}), agent_id=None, session_id=None,
+            tool=tool, idempotency_key=f"{tool}-{i}", payload=Jsonb({"i": i}), agent_id=None, session_id=None,
             deadline_at=None, model=None, provider=None)) for i in range(calls)])
 
 
@@ -397,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=10, help="H, the tool's heartbeat_seconds (default 10)")
     parser.add_argument("--seconds", type=float, default=60, help="the measurement window (default 60)")
     parser.add_argument("--triage-runs", type=int, default=40, help="triage refreshes over the window (default 40)")
+    parser.add_argument("--claim-probes", type=int, default=40,
+                        help="claims of the probe tool timed at none and at every call running (default 40)")
     parser.add_argument("--ramp-timeout", type=float, default=600, help="longest wait for every call to run")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the renewal ceiling after the run")
     parser.add_argument("--async", dest="asynchronous", action="store_true",
@@ -414,10 +480,18 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with connect(dsn) as conn:
                 run(conn, "admin/register_tool", **scale_tool(h))
+                run(conn, "admin/register_tool", **probe_tool(h))
+                # the claim at none: only the probe's calls in the queue
+                enqueue(conn, 3 * args.claim_probes + 5, PROBE)
+                run(conn, "meta/bench_vacuum")
+                supervisor = SupervisorTicks(dsn)
+                supervisor.start()
+                claim_probes(conn, 5)  # warm the plan and the cache
+                claims_at_none = claim_probes(conn, args.claim_probes)
                 t0 = time.perf_counter()
                 enqueue(conn, args.calls)
-                run(conn, "meta/bench_vacuum")
                 enqueued_in = time.perf_counter() - t0
+                run(conn, "meta/bench_vacuum")
                 postmaster = local_postmaster(conn)
 
             print("leasectl scale benchmark: calls running at once, leases renewed in batches")
@@ -447,6 +521,10 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 for _ in range(5):
                     reads.triage(triage_conn)  # warm the cache and the plans, as bench/console.py does
+                claims_at_all = claim_probes(probe, args.claim_probes)
+                with supervisor.lock:  # no raise meanwhile: every claim searches, as before 0020
+                    run(probe, "meta/bench_lower_lease_watch")
+                    claims_unwatched = claim_probes(probe, args.claim_probes)
 
                 # ---- the window
                 before = fleet.ask("stats", 30)
@@ -487,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
                 still_running = running_count(probe)
 
             # ---- stop everything
+            supervisor.close()
             stop_t0 = time.perf_counter()
             final, trouble = fleet.stop(timeout=3 * h + 90)
             stopped_in = time.perf_counter() - stop_t0
@@ -600,6 +679,18 @@ def main(argv: list[str] | None = None) -> int:
                  f"during; the other {len(without_beat)}: "
                  + (f"{statistics.median(without_beat):.1f} ms" if without_beat else "none")
                  + f"; of the {len(slow)} over 50 ms, {sum(slow)} beside a beat"),
+                ("claim at none running", f"{statistics.median(claims_at_none):.2f} ms",
+                 f"worker/claim.sql, probe tool, median of {len(claims_at_none)}; p95 "
+                 f"{percentile(claims_at_none, 95):.2f} ms"),
+                ("claim at all running", f"{statistics.median(claims_at_all):.2f} ms",
+                 f"{running:,} running, median of {len(claims_at_all)}; p95 {percentile(claims_at_all, 95):.2f} ms; "
+                 f"{statistics.median(claims_at_all) / statistics.median(claims_at_none):.2f}x at none (aim <= 1.5x)"),
+                ("  without the lease watch", f"{statistics.median(claims_unwatched):.2f} ms",
+                 f"the search every claim made before 0020, {len(claims_unwatched)} claims: "
+                 f"{statistics.median(claims_unwatched) / statistics.median(claims_at_none):.2f}x at none"),
+                ("supervisor", f"{supervisor.ticks} ticks",
+                 "every 5 s, sweep and raise of the lease watch"
+                 + (f"; errors: {'; '.join(supervisor.errors[:3])}" if supervisor.errors else "")),
                 ("triage: running / attention", f"{min(counted_running)}..{max(counted_running)} / "
                  f"{max(attention)}", "calls counted running; most calls listed as needing attention"),
             ]
@@ -628,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.append(f"more than {per_process} connections per process")
             if lost:
                 verdicts.append(f"{lost} leases lost")
+            if statistics.median(claims_at_all) > 1.5 * statistics.median(claims_at_none):
+                verdicts.append("claim at all running above 1.5x the claim at none")
             print("aims: " + ("all met" if not verdicts else "NOT MET: " + "; ".join(verdicts)))
         finally:
             if fleet is not None:  # an error on the way: never leave processes behind

@@ -188,8 +188,12 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         report = migrate(conn)
         assert report.applied == ["0012_trust_boundary", "0013_fleet_trust", "0014_chains", "0015_trust_third_walk",
                                   "0016_fair_share", "0017_operator_revoke",
-                                  "0018_fleet_gaps", "0019_audit_rules"]
+                                  "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch"]
         assert report.version == known_version()
+        # 0020: never raised on an upgraded database, so every claim searches for expired leases
+        # as the release before did, until a supervisor's sweep raises the watch
+        assert conn.execute("select next_expiry = '-infinity' as never from leasectl_lease_watch"
+                            ).fetchone()["never"]
 
         after = {t: [{k: v for k, v in r.items() if k in before[t][0]} for r in rows(t)] for t in before}
         assert after == before, "every row kept as it was, in the same order"
