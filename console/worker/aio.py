@@ -54,12 +54,13 @@ from console.worker import statements
 from console.worker.calls import (
     CallOutcome,
     ClaimedCall,
+    HandlerAbandoned,
     NextStage,
     serialise_result,
 )
 from console.worker.context import CallContext
 from console.worker.heartbeat import Heartbeat
-from console.worker.runner import Worker, _Abandoned, _result_param
+from console.worker.runner import Worker
 
 log = logging.getLogger("leasectl.worker")
 
@@ -73,9 +74,9 @@ AsyncHandler = Callable[["AsyncCallContext"], Awaitable[Any]]
 
 
 class _LoopWake(threading.Event):
-    """A lease's wake-up (console.worker.heartbeat.Heartbeat._wake) that also wakes the call's task
-    on the loop. Every reason to wake is a verdict that stays (lost, cancel, deadline), so neither
-    side ever clears it."""
+    """A lease's wake-up (console.worker.heartbeat.Heartbeat.wake_event) that also wakes the call's
+    task on the loop. Every reason to wake is a verdict that stays (lost, cancel, deadline), so
+    neither side ever clears it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
@@ -173,15 +174,7 @@ class AsyncCallContext:
         await self.worker.off_loop(self.sync.record_event, kind, details)
 
     def _wake(self) -> _LoopWake:
-        lease = self._heartbeat
-        with lease._lock:
-            wake = lease._wake
-            if not isinstance(wake, _LoopWake):
-                wake = _LoopWake(self.worker.loop)
-                lease._wake = wake
-                if lease.lost.is_set() or lease.cancel_requested.is_set() or lease.deadline_passed.is_set():
-                    wake.set()
-        return wake
+        return self._heartbeat.wake_event(_LoopWake, lambda: _LoopWake(self.worker.loop))
 
 
 @dataclass
@@ -263,7 +256,7 @@ class _Completions:
             rows: dict[Any, dict[str, Any] | None] = {}
             for lease, body, _ in group:
                 try:
-                    rows[lease.call.id] = await self.worker.off_loop(self.worker._complete_alone, lease.call, body)
+                    rows[lease.call.id] = await self.worker.off_loop(self.worker.complete_alone, lease.call, body)
                 except LeasectlError:
                     rows[lease.call.id] = None
             return rows
@@ -409,7 +402,7 @@ class AsyncWorker(Worker):
         for row in rows:
             claimed = self._claimed(row, sent)
             if claimed is not None:
-                lease = Heartbeat(self, *claimed)
+                lease = Heartbeat(self._renewals, *claimed)
                 lease.start()
                 leases.append(lease)
         return leases
@@ -419,7 +412,8 @@ class AsyncWorker(Worker):
         the completions' own connection: the row of each call it accepted, by id."""
         rows = self._done_lane.run(lambda conn: statements.rows(
             conn, "worker/complete_many", job_ids=[c.id for c, _ in group], worker_id=self.worker_id,
-            fencing_tokens=[c.fencing_token for c, _ in group], results=[_result_param(b) for _, b in group]))
+            fencing_tokens=[c.fencing_token for c, _ in group],
+            results=[statements.result_param(b) for _, b in group]))
         return {row["id"]: row for row in rows}
 
     # ------------------------------------------------------------------ one call, on the loop
@@ -449,7 +443,7 @@ class AsyncWorker(Worker):
                 result = await self._run_handler_async(call, actx, heartbeat)
             finally:
                 self._handler_ended()
-        except _Abandoned:
+        except HandlerAbandoned:
             await self._stop_renewals(heartbeat)
             return await self.off_loop(self._ended_at_deadline, call, "abandoned")
         except Exception as exc:  # noqa: BLE001 - a crashing tool must not crash the worker
@@ -482,12 +476,12 @@ class AsyncWorker(Worker):
         task.cancel()
         self._abandoned.add(task)
         task.add_done_callback(functools.partial(self._abandoned_ended, call))
-        raise _Abandoned(call.short_id)
+        raise HandlerAbandoned(call.short_id)
 
     def _abandoned_ended(self, call: ClaimedCall, task: asyncio.Future[Any]) -> None:
         self._abandoned.discard(task)
         if task.cancelled():
-            self._log("abandoned_handler_cancelled", call)
+            self.log_event("abandoned_handler_cancelled", call)
             return
         error = task.exception()
         result = None if error is not None else task.result()

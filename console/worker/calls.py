@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from console.worker.context import CallContext
+from typing import Any
 
 # ------------------------------------------------------------------ what a handler can raise
 
@@ -114,8 +111,6 @@ class ClaimedCall:
         return str(self.id)[:8]
 
 
-Handler = Callable[["CallContext"], Any]
-
 # a claim as the worker keeps it: the call, the monotonic time its claim was sent, and the lease
 # time the database reported left at that moment
 Claimed = tuple[ClaimedCall, float, float]
@@ -162,3 +157,9 @@ def serialise_result(result: Any) -> bytes:
 
 class PreconditionLapsed(Exception):
     """A write's precondition no longer held once the shared connection was free: not sent."""
+
+
+class HandlerAbandoned(Exception):
+    """The call's handler outlived its deadline by a heartbeat interval: the worker stops waiting
+    (the call ends as deadline_passed; whatever the handler returns later is journaled, never
+    written)."""

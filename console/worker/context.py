@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from psycopg.types.json import Jsonb
@@ -28,13 +29,13 @@ CHECK_FOUND = ("done", "not_done", "unknown")
 
 if TYPE_CHECKING:
     from console.worker.heartbeat import Heartbeat
-    from console.worker.runner import Worker
+    from console.worker.host import CallHost
 
 
 class CallContext:
     """What a handler sees of its call: identity, fencing token, and the lease's verdicts."""
 
-    def __init__(self, worker: Worker, call: ClaimedCall, heartbeat: Heartbeat) -> None:
+    def __init__(self, worker: CallHost, call: ClaimedCall, heartbeat: Heartbeat) -> None:
         self.worker = worker
         self.call = call
         self._heartbeat = heartbeat
@@ -157,15 +158,15 @@ class CallContext:
             if self.worker.partitioned.is_set():
                 self._ownership_unknown(request_id)
             try:
-                row = self.worker._write("worker/start_side_effect", only_if=margin_held, job_id=self.call.id,
-                                         worker_id=self.worker_id, fencing_token=self.fencing_token,
-                                         external_request_id=request_id)
+                row = self.worker.write("worker/start_side_effect", only_if=margin_held, job_id=self.call.id,
+                                        worker_id=self.worker_id, fencing_token=self.fencing_token,
+                                        external_request_id=request_id)
             except PreconditionLapsed:
                 if attempt == 1:
                     self._ownership_unknown(request_id)
                 continue
             except LeasectlError as exc:
-                self.worker._database_error(self.call, "worker/start_side_effect", exc)
+                self.worker.report_database_error(self.call, "worker/start_side_effect", exc)
                 self._ownership_unknown(request_id)
             break
         if row is None:
@@ -185,8 +186,8 @@ class CallContext:
         self._checked_not_done = False  # a request of ours is out: another one needs a check again
         # the lease as the database saw it when it recorded the start: the margin the request left with
         self.lease_left_at_start = (row["lease_until"] - row["db_now"]).total_seconds()
-        self.worker._log("tool_request_started", self.call, request=request_id,
-                         lease_left_seconds=round(self.lease_left_at_start, 3))
+        self.worker.log_event("tool_request_started", self.call, request=request_id,
+                              lease_left_seconds=round(self.lease_left_at_start, 3))
         return request_id
 
     def _confirm_margin(self, margin: float, request_id: str) -> None:
@@ -233,18 +234,18 @@ class CallContext:
             # refused after it and journaled as a lost lease
             self._heartbeat.stop()
         try:
-            row = self.worker._write("worker/record_check", job_id=self.call.id, worker_id=self.worker_id,
-                                     fencing_token=self.fencing_token, found=found,
-                                     details=None if details is None else Jsonb(details))
+            row = self.worker.write("worker/record_check", job_id=self.call.id, worker_id=self.worker_id,
+                                    fencing_token=self.fencing_token, found=found,
+                                    details=None if details is None else Jsonb(details))
         except LeasectlError as exc:
-            self.worker._database_error(self.call, "worker/record_check", exc)
+            self.worker.report_database_error(self.call, "worker/record_check", exc)
             raise
         if row is None:
             if self.deadline_passed:
                 raise DeadlinePassed(f"the deadline of {self.call.short_id} passed before its check was recorded")
             raise LeaseLost(f"record_check for {self.call.short_id} got zero rows: not the owner any more")
         self.check_found = found
-        self.worker._log("side_effect_checked", self.call, found=found, request=row["external_request_id"])
+        self.worker.log_event("side_effect_checked", self.call, found=found, request=row["external_request_id"])
         if row["state"] == "outcome_unknown":
             self.ended = "outcome_unknown"
             raise OutcomeUnknown(f"the check of {self.call.short_id} could not tell whether request "
@@ -267,7 +268,7 @@ class CallContext:
         return NextStage(tool=tool, idempotency_key=idempotency_key, payload=payload, result=result)
 
     def record_event(self, kind: str, details: dict[str, Any] | None = None) -> None:
-        self.worker._record_event(self.call, kind, details or {})
+        self.worker.record_event(self.call, kind, details or {})
 
     def _ownership_unknown(self, request_id: str) -> NoReturn:
         details: dict[str, Any] = {
@@ -275,9 +276,12 @@ class CallContext:
             "external_request_id": request_id,
             "seconds_confirmed": round(self._heartbeat.seconds_confirmed(), 3),
         }
-        self.worker._log("ownership_unknown", self.call, **details)
-        self.worker._record_event(self.call, "ownership_unknown", details)
+        self.worker.log_event("ownership_unknown", self.call, **details)
+        self.worker.record_event(self.call, "ownership_unknown", details)
         raise OwnershipUnknown(
             f"cannot confirm ownership of {self.call.short_id} (token {self.fencing_token}) "
             f"before a conservative deadline; not sending {request_id}"
         )
+
+
+Handler = Callable[[CallContext], Any]

@@ -37,9 +37,10 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.db.connect import Row
 from console.db.lane import LaneBusy
@@ -48,9 +49,11 @@ from console.worker import statements
 
 if TYPE_CHECKING:
     from console.worker.calls import ClaimedCall
-    from console.worker.runner import Worker
+    from console.worker.host import LeaseHost
 
 log = logging.getLogger("leasectl.worker")
+
+W = TypeVar("W", bound=threading.Event)
 
 
 class _Flag:
@@ -68,7 +71,12 @@ class _Flag:
         return self._on
 
     def set(self) -> None:
-        self._lease._raise(self)
+        self._lease.raise_verdict(self)
+
+    def mark(self) -> None:
+        """Turn it on and wake nobody: for the lease's own code, which wakes its waiters itself, once
+        for all the verdicts of an answer, and for `stopped`, which nobody waits for."""
+        self._on = True
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until this or another verdict that stops the call is set (or the timeout)."""
@@ -83,11 +91,13 @@ class Heartbeat:
     `confirmed_until` is a local monotonic deadline: the moment the request that confirmed the
     lease was *sent*, plus the lease time the database reported left. Measuring from the send
     time makes it conservative whatever the round trip did.
+
+    `renewals` is the worker's schedule (Renewals) the lease joins at start() and leaves at stop().
     """
 
-    def __init__(self, worker: Worker, call: ClaimedCall, claimed_at_monotonic: float,
+    def __init__(self, renewals: Renewals, call: ClaimedCall, claimed_at_monotonic: float,
                  lease_left: float) -> None:
-        self.worker = worker
+        self.renewals = renewals
         self.call = call
         self.lost = _Flag(self)
         self.cancel_requested = _Flag(self)
@@ -97,7 +107,7 @@ class Heartbeat:
         # the call's deadline on the local monotonic clock (None: it has none). From the claim:
         # lease_left is lease_until - db_now, so lease_left + (deadline_at - lease_until) is
         # deadline_at - db_now, counted from when the claim was sent (before the database read its
-        # clock): early, never late. Every renewal's answer sets it again (_apply).
+        # clock): early, never late. Every renewal's answer sets it again (take_answer).
         self.deadline_mono: float | None = None
         if call.deadline_at is not None:
             self.deadline_mono = (claimed_at_monotonic + lease_left
@@ -110,16 +120,15 @@ class Heartbeat:
         self.suspect = False
         self._lock = threading.Lock()
         self._wake: threading.Event | None = None
-        self._in_flight = False  # in a scheduled renewal being sent or answered (Renewals._cond)
 
     # ---------------------------------------------------------------- the schedule
     def start(self) -> None:
-        self.worker._renewals.add(self)
+        self.renewals.add(self)
 
     def stop(self) -> None:
         """No renewal after this returns: one already in flight is waited for (its verdict, a
         lost lease say, is known and journaled before the call moves on)."""
-        self.worker._renewals.remove(self)
+        self.renewals.remove(self)
 
     def schedule_next(self, sent: float | None = None) -> None:
         """The next beat one period H after the renewal was *sent* (`sent`, monotonic), not after
@@ -134,14 +143,14 @@ class Heartbeat:
         if self.failures == 0:
             self.next_beat = (now if sent is None else min(sent, now)) + self.interval
             return
-        reconnect = self.worker._hb.retry_in()
+        reconnect = self.renewals.host.heartbeat_lane.retry_in()
         self.next_beat = now + min(self.interval, 0.5 if reconnect is None else reconnect)
 
     def beat(self, wait: float | None = None, *, scheduled: bool = False) -> bool | None:
         """One renewal now. True: renewed; False: lost (missing from the answer); None: no answer
         from the database. `wait` bounds how long to queue behind a statement already in flight on
         the heartbeat connection (one that hangs on the network must not hang the caller too)."""
-        verdicts = self.worker._renewals.renew([self], scheduled=scheduled, wait=wait)
+        verdicts = self.renewals.renew([self], scheduled=scheduled, wait=wait)
         return verdicts[0] if verdicts else None
 
     def seconds_confirmed(self) -> float:
@@ -156,7 +165,7 @@ class Heartbeat:
     def past_deadline(self) -> bool:
         """The deadline has passed (the verdict was raised, or the clock says so now: then it is
         raised here, waking whoever waits)."""
-        if self.deadline_passed._on:
+        if self.deadline_passed.is_set():
             return True
         left = self.time_left()
         if left is not None and left <= 0:
@@ -179,39 +188,48 @@ class Heartbeat:
         return self.next_beat if deadline is None else min(self.next_beat, deadline)
 
     # ---------------------------------------------------------------- verdicts
-    def _raise(self, flag: _Flag) -> None:
+    def raise_verdict(self, flag: _Flag) -> None:
+        """Turn on one of this lease's flags (flag.set()), waking whoever waits unless it is `stopped`."""
         with self._lock:
-            flag._on = True
+            flag.mark()
             wake = self._wake
         if wake is not None and flag is not self.stopped:
             wake.set()
 
+    def wake_event(self, kind: type[W], make: Callable[[], W]) -> W:
+        """The event set when the lease is lost, a cancel is requested or the deadline passes (never
+        cleared), of `kind`: one of another kind (or none yet) is replaced by `make()`, set at once
+        when a verdict is already in. An event loop passes a kind that also wakes its task."""
+        with self._lock:
+            wake = self._wake
+            if not isinstance(wake, kind):
+                wake = make()
+                self._wake = wake
+                if self.lost.is_set() or self.cancel_requested.is_set() or self.deadline_passed.is_set():
+                    wake.set()
+        return wake
+
     def wait(self, timeout: float | None) -> None:
         """Sleep until the lease is lost, a cancel is requested, the deadline passes, or the timeout."""
-        with self._lock:
-            if self._wake is None:
-                self._wake = threading.Event()
-                if self.lost._on or self.cancel_requested._on or self.deadline_passed._on:
-                    self._wake.set()
-            wake = self._wake
-        wake.wait(timeout)
+        self.wake_event(threading.Event, threading.Event).wait(timeout)
 
-    def _apply(self, row: Row | None, sent: float, scheduled: bool) -> tuple[bool | None, float | None, bool]:
-        """Take one answer. Returns the verdict (None: not this lease's to take), for a renewal
+    def take_answer(self, row: Row | None, sent: float, scheduled: bool) -> tuple[bool | None, float | None, bool]:
+        """Take one answer of a renewal sent at `sent` (monotonic): the lease's row, or None when
+        the lease is gone. Returns the verdict (None: not this lease's to take), for a renewal
         the lease time that was left when the database renewed it, and whether the lease was
         found lost just now (not known lost before)."""
         with self._lock:
-            if scheduled and self.stopped._on:
+            if scheduled and self.stopped.is_set():
                 return None, None, False
-            if self.lost._on:
+            if self.lost.is_set():
                 return False, None, False
             if row is None:
-                self.lost._on = True
+                self.lost.mark()
                 # refused once the deadline has passed: the lease ended with it (it never runs past
                 # it), which is the deadline's verdict and not a renewal that failed. The estimate is
                 # early, never late: a database past the deadline means our clock is past it too.
                 if self.deadline_mono is not None and self.deadline_mono <= time.monotonic():
-                    self.deadline_passed._on = True
+                    self.deadline_passed.mark()
                 wake = self._wake
                 cancel = False
             else:
@@ -223,16 +241,16 @@ class Heartbeat:
                 deadline_at = row["deadline_at"]
                 self.deadline_mono = None if deadline_at is None else \
                     sent + (deadline_at - row["db_now"]).total_seconds()
-                cancel = bool(row["cancel_requested"]) and not self.cancel_requested._on
+                cancel = bool(row["cancel_requested"]) and not self.cancel_requested.is_set()
                 if cancel:
-                    self.cancel_requested._on = True
+                    self.cancel_requested.mark()
                 wake = self._wake if cancel else None
         if wake is not None:
             wake.set()
         if row is None:
             return False, None, True
         if cancel:
-            self.worker._log("cancel_heard", self.call)
+            self.renewals.host.log_event("cancel_heard", self.call)
         return True, margin, False
 
 
@@ -253,11 +271,13 @@ class RenewalStats:
 class Renewals:
     """The heartbeat thread of one worker process and its schedule of leases."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, host: LeaseHost) -> None:
+        self.host = host
         self.stats = RenewalStats()
         self._cond = threading.Condition()
         self._leases: dict[Any, Heartbeat] = {}
+        # in a scheduled renewal being sent or answered: remove() waits for its verdict (under _cond)
+        self._in_flight: set[Heartbeat] = set()
         self._wake_at = math.inf
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -274,21 +294,21 @@ class Renewals:
             if self._thread is None or not self._thread.is_alive():
                 self._closing = False
                 self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name=f"heartbeat-{self.worker.worker_id}")
+                                                name=f"heartbeat-{self.host.worker_id}")
                 self._thread.start()
             elif lease.wake_at() < self._wake_at:
                 self._cond.notify()
         # granted the call again under a newer token, this worker knows the older lease is over
         if superseded is not None and superseded is not lease \
-                and superseded._apply(None, time.monotonic(), scheduled=False)[2]:
-            self.worker._lease_lost(superseded, "superseded")
+                and superseded.take_answer(None, time.monotonic(), scheduled=False)[2]:
+            self._lost(superseded, "superseded")
 
     def remove(self, lease: Heartbeat) -> None:
         """Take a stopping call off the schedule, once a renewal in flight for it is answered."""
         with self._cond:
-            while lease._in_flight:
+            while lease in self._in_flight:
                 self._cond.wait()
-            lease.stopped._on = True
+            lease.stopped.mark()
             if self._leases.get(lease.call.id) is lease:
                 del self._leases[lease.call.id]
 
@@ -296,9 +316,9 @@ class Renewals:
         """remove() when no renewal is in flight for the lease (then it does not wait); False
         otherwise, and nothing changed. For a caller that must not block (an event loop)."""
         with self._cond:
-            if lease._in_flight:
+            if lease in self._in_flight:
                 return False
-            lease.stopped._on = True
+            lease.stopped.mark()
             if self._leases.get(lease.call.id) is lease:
                 del self._leases[lease.call.id]
             return True
@@ -337,11 +357,11 @@ class Renewals:
                 due = [lease for lease in self._leases.values() if lease.next_beat <= now + lease.interval / 2]
                 self._wake_at = math.inf  # busy: a new lease need not wake us, we look again after
             for lease in ended:
-                self.worker._log("deadline_reached", lease.call)
+                self.host.log_event("deadline_reached", lease.call)
                 lease.deadline_passed.set()
             if not due:
                 continue
-            if self.worker.partitioned.is_set():
+            if self.host.partitioned.is_set():
                 # a simulated network partition (the demo): the beat never reaches the database
                 for lease in due:
                     lease.schedule_next()
@@ -356,24 +376,24 @@ class Renewals:
         if not scheduled:
             return self._send(batch, scheduled=False, wait=wait)
         with self._cond:
-            batch = [lease for lease in batch if not lease.stopped._on]
+            batch = [lease for lease in batch if not lease.stopped.is_set()]
             for lease in batch:
-                lease._in_flight = True
+                self._in_flight.add(lease)
         sent = time.monotonic()
         try:
             return self._send(batch, scheduled=True, wait=wait)
         finally:
             with self._cond:
                 for lease in batch:
-                    lease._in_flight = False
+                    self._in_flight.discard(lease)
                     lease.schedule_next(sent)
-                    if lease.lost._on and self._leases.get(lease.call.id) is lease:
+                    if lease.lost.is_set() and self._leases.get(lease.call.id) is lease:
                         del self._leases[lease.call.id]
                 self._cond.notify_all()
 
     def _send(self, batch: list[Heartbeat], *, scheduled: bool, wait: float | None,
               probed: bool = False) -> list[bool | None]:
-        worker = self.worker
+        host = self.host
         if not batch:
             return []
         if not probed and any(lease.suspect for lease in batch):
@@ -383,10 +403,10 @@ class Renewals:
         error: LeasectlError | None = None
         sent = time.monotonic()
         try:
-            with worker._hb.use(wait=wait) as conn:
+            with host.heartbeat_lane.use(wait=wait) as conn:
                 sent = time.monotonic()
                 answer = statements.rows(conn, "worker/heartbeat_many",
-                                         job_ids=[lease.call.id for lease in batch], worker_id=worker.worker_id,
+                                         job_ids=[lease.call.id for lease in batch], worker_id=host.worker_id,
                                          fencing_tokens=[lease.call.fencing_token for lease in batch])
         except LaneBusy:
             return [None] * len(batch)
@@ -406,11 +426,11 @@ class Renewals:
         SKIP LOCKED: no lock wait); a lease whose row is held is not renewed this time (a failure,
         retried within half a second, journaled with its cause), and waits for nothing. Only the
         call whose row is locked can run out of lease: the others never wait behind it."""
-        worker = self.worker
+        host = self.host
         try:
-            locked_ids = {row["id"] for row in worker._hb.run(lambda conn: statements.rows(
+            locked_ids = {row["id"] for row in host.heartbeat_lane.run(lambda conn: statements.rows(
                 conn, "worker/heartbeat_locked", job_ids=[lease.call.id for lease in batch],
-                worker_id=worker.worker_id))}
+                worker_id=host.worker_id))}
         except LeasectlError as exc:
             self._failed(batch, exc)
             return [None] * len(batch)
@@ -430,9 +450,9 @@ class Renewals:
         now = time.monotonic()
         for lease in batch:
             lease.failures += 1
-            self.worker._log("heartbeat_error", lease.call, error=str(error),
-                             confirmed_left=round(lease.confirmed_until - now, 3))
-            self.worker._database_error(lease.call, "worker/heartbeat_many", error)
+            self.host.log_event("heartbeat_error", lease.call, error=str(error),
+                                confirmed_left=round(lease.confirmed_until - now, 3))
+            self.host.report_database_error(lease.call, "worker/heartbeat_many", error)
 
     def _verdicts(self, batch: list[Heartbeat], answer: list[Row], sent: float,
                   scheduled: bool) -> list[bool | None]:
@@ -442,14 +462,14 @@ class Renewals:
         margins: list[float] = []
         for lease in batch:
             row = held.get(lease.call.id)
-            verdict, margin, newly_lost = lease._apply(row, sent, scheduled)
+            verdict, margin, newly_lost = lease.take_answer(row, sent, scheduled)
             verdicts.append(verdict)
             if newly_lost:
                 lost.append(lease)
             elif verdict and margin is not None and scheduled:
                 margins.append(margin)
             if verdict and row is not None:
-                self.worker._observe("heartbeat", lease.call, row["db_now"])
+                self.host.observe("heartbeat", lease.call, row["db_now"])
         with self._stats_lock:
             stats = self.stats
             stats.statements += 1
@@ -460,5 +480,14 @@ class Renewals:
                 least = min(margins)
                 stats.smallest_margin = least if stats.smallest_margin is None else min(stats.smallest_margin, least)
         for lease in lost:
-            self.worker._lease_lost(lease, "zero_rows")
+            self._lost(lease, "zero_rows")
         return verdicts
+
+    def _lost(self, lease: Heartbeat, reason: str) -> None:
+        if lease.deadline_passed.is_set():
+            # the lease ended with the deadline, as the database caps it: not a renewal that failed
+            # (renewal_failures counts heartbeat_lost); the call's end is journaled as deadline_passed
+            self.host.log_event("lease_ended_at_deadline", lease.call, reason=reason)
+            return
+        self.host.log_event("heartbeat_lost", lease.call, reason=reason)
+        self.host.record_event(lease.call, "heartbeat_lost", {"reason": reason})

@@ -89,6 +89,8 @@ behind the other on the claim connection, so a completion stuck on a row lock de
 others' writes by up to lock_timeout.
 
 Heartbeats: see console.worker.heartbeat (one statement per beat, worker/heartbeat_many.sql).
+What a handler's CallContext and the heartbeat thread may ask of the worker (a write, the log, the
+journal, the heartbeat's connection) is console.worker.host's, and nothing else of Worker's.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ from console.worker.calls import (
     Claimed,
     ClaimedCall,
     DeadlinePassed,
-    Handler,
+    HandlerAbandoned,
     LeaseLost,
     NextStage,
     OutcomeUnknown,
@@ -133,7 +135,7 @@ from console.worker.calls import (
     ToolNoAnswer,
     serialise_result,
 )
-from console.worker.context import CallContext
+from console.worker.context import CallContext, Handler
 from console.worker.heartbeat import Heartbeat, Renewals, RenewalStats
 
 log = logging.getLogger("leasectl.worker")
@@ -155,29 +157,17 @@ def _utcnow() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _verbatim(body: Any) -> Any:
-    return body
-
-
-def _result_param(body: bytes) -> Jsonb:
-    """The serialised result as a statement parameter, sent as it is (psycopg does not serialise
-    it again): the bytes hashed for a rejection are exactly the bytes a completion sends."""
-    return Jsonb(body, dumps=_verbatim)
-
-
-class _Abandoned(Exception):
-    """The call's handler outlived its deadline by a heartbeat interval: the worker stops waiting."""
-
-
 class _HandlerRun:
     """A handler of a call with a deadline, on a thread of its own, so that the call's thread can
     stop waiting for one that blocks past the deadline (a thread cannot be stopped from outside).
-    Whatever an abandoned handler returns later is journaled as a rejected result, never written."""
+    Whatever an abandoned handler returns later goes to `late` (journaled as a rejected result,
+    never written)."""
 
-    def __init__(self, worker: Worker, handler: Handler, ctx: CallContext) -> None:
-        self.worker = worker
+    def __init__(self, handler: Handler, ctx: CallContext,
+                 late: Callable[[ClaimedCall, Any, BaseException | None], None]) -> None:
         self.handler = handler
         self.ctx = ctx
+        self.late = late
         self.finished = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -193,7 +183,7 @@ class _HandlerRun:
             self.finished.set()
             abandoned = self._abandoned
         if abandoned:
-            self.worker._late(self.ctx.call, self.result, self.error)
+            self.late(self.ctx.call, self.result, self.error)
 
     def abandon(self) -> bool:
         """Stop waiting for it, unless it has just finished (then its answer is taken as usual)."""
@@ -237,16 +227,17 @@ class _Budget:
 
 
 class _Chain:
-    """Asked by a completion whether to claim the next call in the same transaction."""
+    """Asked by a completion whether to claim the next call in the same transaction. `halted`: the
+    worker met an error that ends its run (no call claims a successor then)."""
 
-    def __init__(self, worker: Worker, stop: threading.Event, budget: _Budget) -> None:
-        self.worker = worker
+    def __init__(self, stop: threading.Event, budget: _Budget, halted: Callable[[], bool]) -> None:
         self.stop = stop
         self.budget = budget
+        self.halted = halted
         self.reserved = False
 
     def __call__(self) -> bool:
-        if self.stop.is_set() or self.worker._fatal is not None or not self.budget.reserve():
+        if self.stop.is_set() or self.halted() or not self.budget.reserve():
             return False
         self.reserved = True
         return True
@@ -314,8 +305,13 @@ class Worker:
         self._main.close()
         self._hb.close()
 
-    def _write(self, name: str, *, only_if: Callable[[], bool] | None = None,
-               **params: Any) -> dict[str, Any] | None:
+    @property
+    def heartbeat_lane(self) -> Lane:
+        """The heartbeats' own connection, also the one events go on (console.worker.host.LeaseHost)."""
+        return self._hb
+
+    def write(self, name: str, *, only_if: Callable[[], bool] | None = None,
+              **params: Any) -> dict[str, Any] | None:
         """One statement on the claim connection, which the calls of this process share. `only_if`
         is asked once the connection is ours, right before sending: the wait for it (other calls'
         statements, up to their lock timeout) can outlast what the caller checked before it."""
@@ -327,14 +323,14 @@ class Worker:
         return self._main.run(send)
 
     # --------------------------------------------------------------- logging and events
-    def _log(self, event: str, call: ClaimedCall, level: int = logging.INFO, **fields: Any) -> None:
+    def log_event(self, event: str, call: ClaimedCall, level: int = logging.INFO, **fields: Any) -> None:
         if not log.isEnabledFor(level):
             return
         extra = " ".join(f"{k}={v}" for k, v in fields.items())
         log.log(level, "%s job=%s token=%s worker=%s %s", event, call.short_id, call.fencing_token,
                 self.worker_id, extra)
 
-    def _record_event(self, call: ClaimedCall, kind: str, details: dict[str, Any]) -> None:
+    def record_event(self, call: ClaimedCall, kind: str, details: dict[str, Any]) -> None:
         """Best effort now, delivered later: the local log has it at once; the database (which may
         be what failed) gets it as soon as it answers again, with the time it was observed."""
         with self._events_lock:
@@ -350,9 +346,9 @@ class Worker:
                 except ProtocolViolation as exc:
                     # the database will never accept this one (not ours to write): keep the log
                     # line, drop the event, and let the ones behind it through
-                    self._log("event_refused", call, kind=kind, error=str(exc), level=logging.ERROR)
+                    self.log_event("event_refused", call, kind=kind, error=str(exc), level=logging.ERROR)
                 except LeasectlError as exc:
-                    self._log("event_pending", call, kind=kind, error=str(exc), level=logging.WARNING)
+                    self.log_event("event_pending", call, kind=kind, error=str(exc), level=logging.WARNING)
                     return
                 self._pending_events.pop(0)
 
@@ -362,18 +358,9 @@ class Worker:
                                                    actor=self.worker_id, fencing_token=call.fencing_token,
                                                    details=Jsonb(details)))
 
-    def _observe(self, kind: str, call: ClaimedCall, db_time: datetime | None) -> None:
+    def observe(self, kind: str, call: ClaimedCall, db_time: datetime | None) -> None:
         if self.observer is not None:
             self.observer(kind, call.id, call.fencing_token, db_time)
-
-    def _lease_lost(self, lease: Heartbeat, reason: str) -> None:
-        if lease.deadline_passed.is_set():
-            # the lease ended with the deadline, as the database caps it: not a renewal that failed
-            # (renewal_failures counts heartbeat_lost); the call's end is journaled as deadline_passed
-            self._log("lease_ended_at_deadline", lease.call, reason=reason)
-            return
-        self._log("heartbeat_lost", lease.call, reason=reason)
-        self._record_event(lease.call, "heartbeat_lost", {"reason": reason})
 
     def _reject_result(self, call: ClaimedCall, body: bytes, reason: str, *, written: bool | None = None,
                        next_stage: NextStage | None = None, **details: Any) -> None:
@@ -385,33 +372,33 @@ class Worker:
         if next_stage is not None:
             # and the stage that was not enqueued with it
             facts["next_stage"] = {"tool": next_stage.tool, "idempotency_key": next_stage.idempotency_key}
-        self._log("result_rejected", call, reason=reason, result_sha256=facts["result_sha256"],
-                  result_size=len(body))
-        self._record_event(call, "result_rejected", facts)
+        self.log_event("result_rejected", call, reason=reason, result_sha256=facts["result_sha256"],
+                       result_size=len(body))
+        self.record_event(call, "result_rejected", facts)
 
     def _late(self, call: ClaimedCall, result: Any, error: BaseException | None) -> None:
         """An abandoned handler has finished, after its call's deadline: nothing is written."""
         if error is not None:
-            self._log("late_handler_ended", call, error=f"{type(error).__name__}: {error}")
+            self.log_event("late_handler_ended", call, error=f"{type(error).__name__}: {error}")
             return
         next_stage = result if isinstance(result, NextStage) else None
         try:
             body = serialise_result(next_stage.result if next_stage is not None else result)
         except (TypeError, ValueError) as exc:
-            self._log("late_result_not_json", call, logging.WARNING, error=exc)
+            self.log_event("late_result_not_json", call, logging.WARNING, error=exc)
             return
         self._reject_result(call, body, "deadline_passed", written=False, next_stage=next_stage, abandoned=True)
 
-    def _database_error(self, call: ClaimedCall, statement: str, error: LeasectlError) -> None:
+    def report_database_error(self, call: ClaimedCall, statement: str, error: LeasectlError) -> None:
         """A lock wait, a deadlock or a heavy statement met on the way (docs/seeds.md §004): logged, and
         journaled with its cause, so that lock waits and heavy statements are counted apart
         (details.cause: lock_timeout | statement_timeout)."""
-        self._log("database_error", call, logging.WARNING, statement=statement, error=error)
+        self.log_event("database_error", call, logging.WARNING, statement=statement, error=error)
         # a deadlock is not one of the two causes the history names (docs/contract.md §5): logged only
         cause = {RowLocked: "lock_timeout", StatementTimedOut: "statement_timeout"}.get(type(error))
         if cause is not None:
-            self._record_event(call, "database_error", {"cause": cause, "statement": statement,
-                                                        "error": str(error)})
+            self.record_event(call, "database_error", {"cause": cause, "statement": statement,
+                                                       "error": str(error)})
 
     # --------------------------------------------------------------- claiming
     def check_identity(self) -> None:
@@ -419,7 +406,7 @@ class Worker:
         owns calls only as `<login>` or `<login>:<name>` (the database refuses any other owner)."""
         if self._identity_checked:
             return
-        row = self._write("worker/check_identity", worker_id=self.worker_id)
+        row = self.write("worker/check_identity", worker_id=self.worker_id)
         if row is not None and not row["acceptable"]:
             raise PermissionDenied(f"worker id {self.worker_id!r} is not yours: the login {row['login']} may own "
                                    f"calls only as {row['expected']}",
@@ -431,7 +418,7 @@ class Worker:
             return None
         self.check_identity()
         sent = time.monotonic()
-        row = self._write("worker/claim", worker_id=self.worker_id, tools=self.tools)
+        row = self.write("worker/claim", worker_id=self.worker_id, tools=self.tools)
         return self._claimed(row, sent)
 
     def _claimed(self, row: Mapping[str, Any] | None, sent: float) -> Claimed | None:
@@ -440,9 +427,9 @@ class Worker:
         call = ClaimedCall.from_row(row)
         lease_left = (row["lease_until"] - row["db_now"]).total_seconds()
         if log.isEnabledFor(logging.INFO):
-            self._log("job_claimed", call, lease_until=row["lease_until"].isoformat(), attempt=call.attempt,
-                      previous_request=call.previous_request_id)
-        self._observe("claim", call, row["db_now"])
+            self.log_event("job_claimed", call, lease_until=row["lease_until"].isoformat(), attempt=call.attempt,
+                           previous_request=call.previous_request_id)
+        self.observe("claim", call, row["db_now"])
         return call, sent, lease_left
 
     # --------------------------------------------------------------- the loop
@@ -537,7 +524,7 @@ class Worker:
 
     def _serve(self, claimed: Claimed | None, stop: threading.Event, budget: _Budget) -> None:
         """Run a claimed call, then each successor its completion claimed, until none is left."""
-        chain = _Chain(self, stop, budget)
+        chain = _Chain(stop, budget, halted=lambda: self._fatal is not None)
         try:
             while claimed is not None:
                 outcome: CallOutcome | None = None
@@ -569,7 +556,7 @@ class Worker:
         """Run the tool and record its outcome. With `chain` (or when it answers True at the moment
         of completing), a successful completion also claims the next call in the same transaction
         (returned as CallOutcome.next_call)."""
-        heartbeat = Heartbeat(self, call, claimed_at, lease_left)
+        heartbeat = Heartbeat(self._renewals, call, claimed_at, lease_left)
         heartbeat.start()
         ctx = CallContext(self, call, heartbeat)
         try:
@@ -577,7 +564,7 @@ class Worker:
                 result = self._run_handler(call, ctx, heartbeat)
             finally:
                 heartbeat.stop()
-        except _Abandoned:
+        except HandlerAbandoned:
             return self._ended_at_deadline(call, "abandoned")
         except Exception as exc:  # noqa: BLE001 - a crashing tool must not crash the worker
             outcome = self._raised(call, ctx, heartbeat, exc)
@@ -595,13 +582,13 @@ class Worker:
         handler = self._handler_for(call.tool)
         if call.deadline_at is None:
             return handler(ctx)
-        run = _HandlerRun(self, handler, ctx)
+        run = _HandlerRun(handler, ctx, late=self._late)
         threading.Thread(target=run, daemon=True, name=f"handler-{self.worker_id}-{call.short_id}").start()
         while (wait := heartbeat.wait_for_handler()) > 0:
             if run.finished.wait(wait):
                 return run.answer()
         if run.abandon():
-            raise _Abandoned(call.short_id)
+            raise HandlerAbandoned(call.short_id)
         return run.answer()  # it finished at this very moment
 
     def _raised(self, call: ClaimedCall, ctx: CallContext, heartbeat: Heartbeat, exc: Exception) -> CallOutcome:
@@ -616,7 +603,7 @@ class Worker:
         if isinstance(exc, CancelRequested):
             return self._confirm_cancel(call)
         if isinstance(exc, LeaseLost):
-            self._log("stopped_lease_lost", call, detail=str(exc))
+            self.log_event("stopped_lease_lost", call, detail=str(exc))
             return CallOutcome(call.id, call.fencing_token, "lease_lost", str(exc))
         if isinstance(exc, OwnershipUnknown):
             # nothing irreversible was started; the lease decides who continues
@@ -639,7 +626,7 @@ class Worker:
         if ctx.ended is not None:
             # the database has ended the call (record_check 'unknown'): a human decides, with no
             # result from us
-            self._log("result_not_written", call, logging.WARNING, reason=ctx.ended)
+            self.log_event("result_not_written", call, logging.WARNING, reason=ctx.ended)
             return self._checked_unknown(call, "record_check: unknown")
         if heartbeat.cancel_requested.is_set() and result is None:
             return self._confirm_cancel(call)
@@ -676,7 +663,7 @@ class Worker:
         broken = waited = 0
         while True:
             try:
-                return self._write(name, **params)
+                return self.write(name, **params)
             except DatabaseUnavailable:
                 broken += 1
                 if broken == 2:
@@ -686,18 +673,18 @@ class Worker:
                 # a long transaction elsewhere holds the row (or the server is slow): the answer
                 # is worth keeping, and the guard still fences the retry (zero rows once the lease
                 # is gone); journaled each time with its cause
-                self._database_error(call, name, exc)
+                self.report_database_error(call, name, exc)
                 waited += 1
                 if waited == FINAL_WRITE_ATTEMPTS:
                     raise
             except LeasectlError as exc:
-                self._database_error(call, name, exc)
+                self.report_database_error(call, name, exc)
                 raise
 
     def _landed(self, call: ClaimedCall, state: str) -> dict[str, Any] | None:
         """After a zero-row answer to a retried write: did the first attempt commit?"""
         try:
-            row = self._write("views/job", job_id=call.id)
+            row = self.write("views/job", job_id=call.id)
         except LeasectlError:
             return None
         if row and row["state"] == state and row["owner_id"] == self.worker_id \
@@ -718,25 +705,26 @@ class Worker:
         both = None
         if chain:
             try:
-                both = self._write("worker/complete_and_claim", job_id=call.id, worker_id=self.worker_id,
-                                   fencing_token=call.fencing_token, result=_result_param(body), tools=self.tools)
+                both = self.write("worker/complete_and_claim", job_id=call.id, worker_id=self.worker_id,
+                                  fencing_token=call.fencing_token, result=statements.result_param(body),
+                                  tools=self.tools)
             except DatabaseUnavailable:
                 pass  # fate unknown; the plain retry below cannot claim a second call by accident
             except (RowLocked, StatementTimedOut) as exc:
                 # rolled back, nothing claimed: journaled, then the plain complete retries it
-                self._database_error(call, "worker/complete_and_claim", exc)
+                self.report_database_error(call, "worker/complete_and_claim", exc)
         if both is not None:
             row = both if both["completed"] else None
             next_call = self._claimed(both, sent)
         else:
-            row = self._complete_alone(call, body)
+            row = self.complete_alone(call, body)
         return self._completed(call, body, row, next_call=next_call)
 
-    def _complete_alone(self, call: ClaimedCall, body: bytes) -> dict[str, Any] | None:
+    def complete_alone(self, call: ClaimedCall, body: bytes) -> dict[str, Any] | None:
         """complete.sql for one call (resent once after a lost connection: the guard makes a repeat
         harmless); None when its result was not stored."""
         return self._guarded("worker/complete", call, job_id=call.id, worker_id=self.worker_id,
-                             fencing_token=call.fencing_token, result=_result_param(body))
+                             fencing_token=call.fencing_token, result=statements.result_param(body))
 
     def _completed(self, call: ClaimedCall, body: bytes, row: Mapping[str, Any] | None, *,
                    next_call: Claimed | None = None, statement: str = "complete.sql") -> CallOutcome:
@@ -747,8 +735,8 @@ class Worker:
             self._reject_result(call, body, "zero_rows")
             return CallOutcome(call.id, call.fencing_token, "result_rejected", f"{statement}: zero rows",
                                next_call=next_call)
-        self._observe("complete", call, row["finished_at"])
-        self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"])
+        self.observe("complete", call, row["finished_at"])
+        self.log_event("job_completed", call, despite_cancel=row["completed_despite_cancel"])
         return CallOutcome(call.id, call.fencing_token, "succeeded",
                            completed_despite_cancel=row["completed_despite_cancel"], next_call=next_call)
 
@@ -756,7 +744,7 @@ class Worker:
         """Store the result and enqueue the chain's next stage in one transaction: both or neither."""
         self._wait_out_partition()
         row = self._guarded("worker/complete_and_enqueue", call, job_id=call.id, worker_id=self.worker_id,
-                            fencing_token=call.fencing_token, result=_result_param(body),
+                            fencing_token=call.fencing_token, result=statements.result_param(body),
                             next_tool=next_stage.tool, next_idempotency_key=next_stage.idempotency_key,
                             next_payload=Jsonb(next_stage.payload))
         next_id = None if row is None else row["next_id"]
@@ -768,10 +756,10 @@ class Worker:
             self._reject_result(call, body, "zero_rows", next_stage=next_stage)
             return CallOutcome(call.id, call.fencing_token, "result_rejected",
                                "complete_and_enqueue.sql: zero rows; no next stage")
-        self._observe("complete", call, row["finished_at"])
+        self.observe("complete", call, row["finished_at"])
         if next_id is None:
-            self._log("next_stage_not_enqueued", call, tool=next_stage.tool, key=next_stage.idempotency_key)
-        self._log("job_completed", call, despite_cancel=row["completed_despite_cancel"], next_stage=next_id)
+            self.log_event("next_stage_not_enqueued", call, tool=next_stage.tool, key=next_stage.idempotency_key)
+        self.log_event("job_completed", call, despite_cancel=row["completed_despite_cancel"], next_stage=next_id)
         return CallOutcome(call.id, call.fencing_token, "succeeded",
                            completed_despite_cancel=row["completed_despite_cancel"], next_stage_id=next_id)
 
@@ -780,8 +768,8 @@ class Worker:
         the deadline), so the worker says so in the journal and moves on; the sweep ends the call.
         `handler`: stopped (it was told and ended) or abandoned (it still runs: whatever it returns
         is journaled as result_rejected, never written)."""
-        self._log("deadline_passed", call, logging.WARNING, handler=handler)
-        self._record_event(call, "deadline_passed", {
+        self.log_event("deadline_passed", call, logging.WARNING, handler=handler)
+        self.record_event(call, "deadline_passed", {
             "handler": handler,
             "deadline_at": call.deadline_at.isoformat() if call.deadline_at is not None else None})
         return CallOutcome(call.id, call.fencing_token, "deadline_passed",
@@ -789,30 +777,30 @@ class Worker:
 
     def _checked_unknown(self, call: ClaimedCall, detail: str) -> CallOutcome:
         """record_check('unknown') moved the call to outcome_unknown: a human decides."""
-        self._observe("outcome_unknown", call, None)
-        self._log("outcome_unknown", call, reason="check_unknown")
+        self.observe("outcome_unknown", call, None)
+        self.log_event("outcome_unknown", call, reason="check_unknown")
         return CallOutcome(call.id, call.fencing_token, "outcome_unknown", detail)
 
     def _confirm_cancel(self, call: ClaimedCall) -> CallOutcome:
         row = self._guarded("worker/confirm_cancel", call, job_id=call.id, worker_id=self.worker_id,
                             fencing_token=call.fencing_token)
         if row is None:
-            self._log("cancel_not_confirmed", call, reason="zero_rows")
+            self.log_event("cancel_not_confirmed", call, reason="zero_rows")
             return CallOutcome(call.id, call.fencing_token, "lease_lost", "confirm_cancel.sql: zero rows")
-        self._observe("cancel", call, row["finished_at"])
-        self._log("cancel_confirmed", call)
+        self.observe("cancel", call, row["finished_at"])
+        self.log_event("cancel_confirmed", call)
         return CallOutcome(call.id, call.fencing_token, "cancelled")
 
     def _fail(self, call: ClaimedCall, error: dict[str, Any], *, retryable: bool) -> CallOutcome:
         row = self._guarded("worker/fail", call, job_id=call.id, worker_id=self.worker_id,
                             fencing_token=call.fencing_token, error=Jsonb(error), retryable=retryable)
         if row is None:
-            self._log("failure_rejected", call, reason="zero_rows")
+            self.log_event("failure_rejected", call, reason="zero_rows")
             return CallOutcome(call.id, call.fencing_token, "lease_lost", "fail.sql: zero rows")
-        self._observe("fail", call, None)
+        self.observe("fail", call, None)
         # an unverifiable call whose request went out is never retried on its own: a human decides
         status = {"queued": "requeued", "outcome_unknown": "outcome_unknown"}.get(row["state"], "failed")
-        self._log("job_" + status, call, error=error.get("message"))
+        self.log_event("job_" + status, call, error=error.get("message"))
         return CallOutcome(call.id, call.fencing_token, status, str(error.get("message", "")))
 
     def _no_answer(self, call: ClaimedCall, ctx: CallContext, message: str) -> CallOutcome:
@@ -823,11 +811,11 @@ class Worker:
                                 worker_id=self.worker_id, fencing_token=call.fencing_token,
                                 error=Jsonb(error))
             if row is None:
-                self._log("outcome_unknown_rejected", call, reason="zero_rows")
+                self.log_event("outcome_unknown_rejected", call, reason="zero_rows")
                 return CallOutcome(call.id, call.fencing_token, "lease_lost",
                                    "report_outcome_unknown.sql: zero rows")
-            self._observe("outcome_unknown", call, None)
-            self._log("outcome_unknown", call, request=ctx.external_request_id)
+            self.observe("outcome_unknown", call, None)
+            self.log_event("outcome_unknown", call, request=ctx.external_request_id)
             return CallOutcome(call.id, call.fencing_token, "outcome_unknown", message)
         # read-only: safe to redo; verifiable: the next owner checks the status first
         return self._fail(call, error, retryable=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from console.db import sql
 from console.db.connect import Conn, Row, translate_error
@@ -30,3 +31,14 @@ def rows(conn: Conn, name: str, /, **params: Any) -> list[Row]:
 def first(conn: Conn, name: str, /, **params: Any) -> Row | None:
     found = rows(conn, name, **params)
     return found[0] if found else None
+
+
+def _verbatim(body: Any) -> Any:
+    return body
+
+
+def result_param(body: bytes) -> Jsonb:
+    """A serialised result (console.worker.calls.serialise_result) as a statement parameter, sent as
+    it is (psycopg does not serialise it again): the bytes hashed for a rejection are exactly the
+    bytes a completion sends."""
+    return Jsonb(body, dumps=_verbatim)

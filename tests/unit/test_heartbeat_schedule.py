@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from console.worker import Worker
 from console.worker.calls import ClaimedCall
-from console.worker.heartbeat import Heartbeat
+from console.worker.heartbeat import Heartbeat, Renewals
 
 
 def lease(interval: float = 10.0) -> Heartbeat:
@@ -20,7 +20,7 @@ def lease(interval: float = 10.0) -> Heartbeat:
                        jitter_seconds=1.0, lease_until=now + timedelta(seconds=3 * interval), deadline_at=None,
                        agent_id=None, previous_side_effect_at=None, previous_request_id=None)
     # a Worker opens no connection until asked: the schedule is arithmetic on the monotonic clock
-    return Heartbeat(Worker("postgresql://nobody@127.0.0.1:1/none", "w", lambda ctx: None), call,
+    return Heartbeat(Renewals(Worker("postgresql://nobody@127.0.0.1:1/none", "w", lambda ctx: None)), call,
                      time.monotonic(), 3 * interval)
 
 
