@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from console.db.connect import Conn, run, run_one
 from console.db.lane import Lane
+from console.db.pooler import Pooler, can_listen
 from console.shared.config import SessionLimits
 from console.shared.errors import DatabaseUnavailable, LeasectlError, PermissionDenied
 from console.shared.text import counted
@@ -281,20 +282,26 @@ def _move(conn: Conn, s: dict[str, Any], state_to: str, note: Callable[[str], No
 
 class Supervisor:
     """`leasectl supervise`: tick every `interval` seconds (sooner when a shutdown is requested),
-    sweep every `sweep_interval`; survives the database going away and coming back."""
+    sweep every `sweep_interval`; survives the database going away and coming back.
+
+    Behind a connection pooler in transaction mode nothing wakes it early (LISTEN would hear
+    nothing there): it ticks on its interval, and says so once through `on_note` (else the log)."""
 
     def __init__(self, dsn: str, *, supervisor_id: str | None = None, interval: float = 1.0,
-                 sweep_interval: float = 5.0, on_report: Callable[[TickReport], None] | None = None) -> None:
+                 sweep_interval: float = 5.0, on_report: Callable[[TickReport], None] | None = None,
+                 on_note: Callable[[str], None] | None = None) -> None:
         self.dsn = dsn
         self.supervisor_id = supervisor_id or default_supervisor_id()
         self.interval = interval
         self.sweep_interval = sweep_interval
         self.on_report = on_report
+        self.on_note = on_note
         # one connection for the steps, one that LISTENs for fleet changes, each a lane
         # (console.db.lane: made again after a loss, with the one backoff)
         self._steps = self._lane("leasectl-supervisor")
         self._wakeups = self._lane("leasectl-supervisor-listen", setup=_listen_fleet)
         self._last_sweep = 0.0
+        self.polling_reason: str | None = None  # why it ticks without LISTEN, once known
 
     def _lane(self, application_name: str, setup: Callable[[Conn], object] | None = None) -> Lane:
         return Lane(self.dsn, limits=SUPERVISOR_LIMITS, application_name=application_name, setup=setup)
@@ -313,7 +320,8 @@ class Supervisor:
             while not stop.is_set():
                 try:  # a malformed connection string (BadInput) is not retried: the caller hears it
                     self._steps.connect()
-                    self._wakeups.connect()
+                    if not self._polling():
+                        self._wakeups.connect()
                 except DatabaseUnavailable as exc:
                     self._wait(stop, exc)
                     continue
@@ -327,24 +335,49 @@ class Supervisor:
             self._steps.close()
             self._wakeups.close()
 
+    def _polling(self) -> bool:
+        """Whether the steps' connection goes through a transaction pooler: then nothing LISTENs
+        (said once, with why)."""
+        pooler = self._steps.pooler
+        if pooler is None or pooler.keeps_sessions:
+            return False
+        if self.polling_reason is None:
+            self.polling_reason = polling_note(pooler, self.interval)
+            (self.on_note or log.warning)(self.polling_reason)
+        return True
+
     def _wait(self, stop: threading.Event, exc: Exception) -> None:
         retry_in = max(self._steps.retry_in() or 0.0, self._wakeups.retry_in() or 0.0)
         log.warning("supervisor: %s; reconnecting in %.1f s", exc, retry_in)
         stop.wait(retry_in)
 
     def _tick_until(self, stop: threading.Event) -> None:
+        if self._polling():
+            while not stop.is_set():
+                self._tick()
+                stop.wait(self.interval)
+            return
         with self._wakeups.use() as listener:
             while not stop.is_set():
-                sweep = time.monotonic() - self._last_sweep >= self.sweep_interval
-                report = self._steps.run(partial(tick, supervisor_id=self.supervisor_id, sweep=sweep))
-                if sweep:
-                    self._last_sweep = time.monotonic()
-                if self.on_report and (report.notes or report.failures):
-                    self.on_report(report)
+                self._tick()
                 # a requested shutdown (or any fleet change) wakes us before the interval
                 for _ in listener.notifies(timeout=self.interval, stop_after=1):
                     pass
 
+    def _tick(self) -> None:
+        sweep = time.monotonic() - self._last_sweep >= self.sweep_interval
+        report = self._steps.run(partial(tick, supervisor_id=self.supervisor_id, sweep=sweep))
+        if sweep:
+            self._last_sweep = time.monotonic()
+        if self.on_report and (report.notes or report.failures):
+            self.on_report(report)
+
+
+def polling_note(pooler: Pooler, interval: float) -> str:
+    return (f"the database is reached through a connection pooler in transaction mode ({pooler.how}), which cannot "
+            f"carry LISTEN/NOTIFY: the supervisor ticks every {interval:g} s instead of waking on a fleet change")
+
 
 def _listen_fleet(conn: Conn) -> None:
-    run(conn, "meta/listen_fleet")
+    if can_listen(conn):  # behind a transaction pooler the subscription would hear nothing
+        run(conn, "meta/listen_fleet")

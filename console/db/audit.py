@@ -38,6 +38,7 @@ from console.core.models import Event
 from console.core.ownership import CallReplay, OwnerAt, Step, Violation, owner_at
 from console.db import sql
 from console.db.connect import Conn, lines_as, run, run_one, translate_error
+from console.db.pooler import set_up_transaction
 from console.db.reads import db_info, history, resolve
 from console.shared.errors import BadInput
 from console.shared.text import sanitize, terminal_safe
@@ -124,6 +125,7 @@ def stream(conn: Conn, name: str, params: dict[str, Any], *, cursor_name: str, b
     query = sql.load(name)
     values = query.bind(params)
     try:
+        set_up_transaction(conn)  # behind a transaction pooler, when the cursor opens its transaction
         with conn.cursor(name=cursor_name, row_factory=row_factory) as cur:
             cur.execute(query.text, values)
             while rows := cur.fetchmany(batch):

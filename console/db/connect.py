@@ -13,6 +13,17 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel, TypeAdapter
 
 from console.db import sql
+from console.db.pooler import (
+    LeasectlConnection,
+    Pooler,
+    PoolerSetting,
+    judge,
+    per_transaction,
+    pooler_setting,
+    send,
+    set_up_transaction,
+    transaction_setup,
+)
 from console.shared.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
 from console.shared.dsn import mask_secrets
 from console.shared.errors import (
@@ -42,9 +53,13 @@ def connect(
     autocommit: bool = True,
     connect_timeout: int = 5,
 ) -> Conn:
-    """Open a session with application_name and our timeouts; read-only in the database if asked."""
+    """Open a session with application_name and our timeouts; read-only in the database if asked.
+
+    Behind a connection pooler in transaction mode (console.db.pooler: LEASECTL_POOLER, or found
+    by itself) nothing is set for the session: the timeouts and read-only mode go with every
+    transaction instead, and no statement is prepared."""
     try:
-        conn = psycopg.connect(
+        conn = LeasectlConnection.connect(
             dsn,
             autocommit=autocommit,
             row_factory=dict_row,
@@ -57,22 +72,67 @@ def connect(
     except psycopg.ProgrammingError as exc:  # a malformed conninfo string, which libpq quotes: masked
         raise BadInput(f"bad connection string: {mask_secrets(_first_line(exc), dsn)}") from None
     try:
-        run(
-            conn,
-            "meta/session_setup",
-            statement_timeout=f"{limits.statement_timeout_ms}ms",
-            lock_timeout=f"{limits.lock_timeout_ms}ms",
-            idle_in_transaction_session_timeout=f"{limits.idle_in_transaction_ms}ms",
-            read_only="on" if read_only else "off",
-            plan_cache_mode=limits.plan_cache_mode,
-            work_mem=f"{limits.work_mem_mb}MB" if limits.work_mem_mb else None,
-        )
+        conn.pooler = find_pooler(conn)
+        if conn.pooler is None or conn.pooler.keeps_sessions:
+            run(
+                conn,
+                "meta/session_setup",
+                statement_timeout=f"{limits.statement_timeout_ms}ms",
+                lock_timeout=f"{limits.lock_timeout_ms}ms",
+                idle_in_transaction_session_timeout=f"{limits.idle_in_transaction_ms}ms",
+                read_only="on" if read_only else "off",
+                plan_cache_mode=limits.plan_cache_mode,
+                work_mem=f"{limits.work_mem_mb}MB" if limits.work_mem_mb else None,
+            )
+        else:
+            if not conn.pooler.prepares:
+                conn.prepare_threshold = None
+            conn.per_transaction = transaction_setup(limits, read_only=read_only)
+            if not autocommit:  # the question above opened a transaction: the next one sets our limits
+                conn.commit()
     except BaseException:
         conn.close()
         raise
     return conn
 
 
+def find_pooler(conn: Conn, setting: PoolerSetting | None = None) -> Pooler | None:
+    """The pooler `conn` goes through (console.db.pooler), by LEASECTL_POOLER or, with `auto`, by
+    asking the server which process answers (queries/meta/backend.sql, one round trip). Behind a
+    transaction pooler, a server that writes dates other than in ISO is asked to write them in ISO
+    for this client (meta/datestyle_iso.sql: a pooler keeps DateStyle per client), as
+    session_setup does for a session of our own."""
+    setting = setting or pooler_setting()
+    if setting in ("none", "session"):
+        return judge(setting, started_as=None, answered_by=None)
+    row = run_one(conn, "meta/backend")
+    assert row is not None  # `Zero rows: never`
+    pooler = judge(setting, started_as=conn.info.backend_pid, answered_by=row["backend_pid"])
+    if pooler is not None and not pooler.keeps_sessions and not row["iso_dates"]:
+        run(conn, "meta/datestyle_iso")
+    return pooler
+
+
+def assume_auditor(conn: Conn) -> None:
+    """Make a read-only session read-only by privilege too: the leasectl_auditor role, where the
+    login may take it (meta/assume_auditor.sql) -- behind a transaction pooler, in each transaction."""
+    setup = per_transaction(conn)
+    if setup is None:
+        run(conn, "meta/assume_auditor")
+        return
+    row = run_one(conn, "meta/auditor_role")
+    if row is not None:
+        setup["role"] = row["role"]
+
+
+def set_display_clock(conn: Conn, clock: str | None) -> None:
+    """Pin the read views' clock (leasectl_now()) to an instant, or back to now() with None
+    (meta/display_clock.sql) -- behind a transaction pooler, in each transaction."""
+    setup = per_transaction(conn)
+    if setup is None:
+        run(conn, "meta/display_clock", clock=clock)
+    else:
+        setup["clock"] = clock
 
 
 def run(conn: Conn, name: str, /, **params: Any) -> list[Row]:
@@ -81,7 +141,7 @@ def run(conn: Conn, name: str, /, **params: Any) -> list[Row]:
     values = query.bind(params)
     try:
         # always a mapping, even empty: psycopg then un-escapes the %% the loader wrote
-        cur = conn.execute(query.text, values)
+        cur = send(conn, query, values)
         return cur.fetchall() if cur.description else []
     except psycopg.Error as exc:
         raise translate_error(exc, query.path) from exc
@@ -151,6 +211,7 @@ def lines_as(model: type[Model], lines: list[str]) -> list[Model]:
 def execute_script(conn: Conn, script: str) -> None:
     """Run a whole migration file as the server would from psql -f (no parameters)."""
     try:
+        set_up_transaction(conn)  # a script is many statements: it cannot share a pipeline
         conn.execute(script.encode(), prepare=False)
     except psycopg.Error as exc:
         raise translate_error(exc, "migration") from exc

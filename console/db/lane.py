@@ -6,7 +6,9 @@ What a lane does, in one place:
 
 * it connects with `console.db.connect.connect` (our limits, application_name), drops to the
   auditor role when read-only, runs the user's setup (LISTEN, the display clock) and, if asked,
-  checks the schema version -- on every new connection;
+  checks the schema version -- on every new connection. Behind a connection pooler in
+  transaction mode the limits, the role and the clock go with every transaction instead, and
+  nothing LISTENs (console.db.pooler; `pooler` says which pooler the connection went through);
 * a connection found lost (DatabaseUnavailable, or a driver error saying so) is dropped, counted
   and made again on the next use; any other error leaves a sound connection alone;
 * it never sends anything twice by itself. `read` runs an idempotent read once more on a fresh
@@ -40,8 +42,9 @@ from typing import TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from console.db.connect import Conn, connect, ping, run, translate_error
+from console.db.connect import Conn, assume_auditor, connect, ping, translate_error
 from console.db.migrate import check_compatible
+from console.db.pooler import Pooler, pooler_of
 from console.shared.config import APPLICATION_NAME, CONSOLE_LIMITS, SessionLimits
 from console.shared.errors import DatabaseUnavailable
 
@@ -154,6 +157,8 @@ class Lane:
         self._down_since: datetime | None = None
         self._next_attempt_at: float | None = None
         self._last_error: str | None = None
+        self._pooler: Pooler | None = None
+        self._pooler_told = False
 
     @property
     def dsn(self) -> str:
@@ -165,6 +170,11 @@ class Lane:
         with self._state_lock:
             return LaneState(self.name, _usable(self._conn), self.backoff.failures, self._down_since,
                              self._retry_in(), self._last_error)
+
+    @property
+    def pooler(self) -> Pooler | None:
+        """The connection pooler the last connection went through (console.db.pooler), if any."""
+        return self._pooler
 
     def retry_in(self) -> float | None:
         """Seconds until the next attempt is due (0: now), or None when the lane is not down."""
@@ -299,10 +309,14 @@ class Lane:
             raise
         with self._state_lock:
             self._conn = conn
+            self._pooler = pooler_of(conn)
             self.backoff.succeeded()
             self._down_since = None
             self._next_attempt_at = None
             self._last_error = None
+        if self._pooler is not None and not self._pooler_told:
+            self._pooler_told = True  # once per lane: a reconnection finds the same pooler
+            log.info("%s: through a connection pooler in %s mode (%s)", self.name, self._pooler.mode, self._pooler.how)
         return conn
 
     def _open(self) -> Conn:
@@ -340,16 +354,17 @@ class Lane:
 
 def open_session(dsn: str, *, limits: SessionLimits = CONSOLE_LIMITS, read_only: bool = False,
                  application_name: str = APPLICATION_NAME, setup: Callable[[Conn], object] | None = None,
-                 check_schema: bool = False) -> Conn:
+                 check_schema: bool = False, connect_timeout: int = 5) -> Conn:
     """The one connect-and-check: connect with our limits, drop to the auditor role when
     read-only (read-only by privilege where the login may, not only by
     default_transaction_read_only), run `setup`, check the schema if asked. The connection is
     closed again if any of it fails. Every lane opens its connections here; so do the one-shot
     sessions of the CLI and the exports."""
-    conn = connect(dsn, limits=limits, read_only=read_only, application_name=application_name)
+    conn = connect(dsn, limits=limits, read_only=read_only, application_name=application_name,
+                   connect_timeout=connect_timeout)
     try:
         if read_only:
-            run(conn, "meta/assume_auditor")
+            assume_auditor(conn)
         if setup is not None:
             setup(conn)
         if check_schema:

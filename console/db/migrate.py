@@ -2,13 +2,16 @@
 
 Idempotent (applied versions are skipped), serialised by an advisory lock, each file in its own
 transaction, its checksum recorded; refuses a database whose schema is newer than this code, or
-whose applied migrations were edited afterwards.
+whose applied migrations were edited afterwards. Behind a connection pooler in transaction mode
+the lock is taken for one transaction, in which every pending file is applied (console.db.pooler).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import psycopg
 
 from console.db import sql
 from console.db.connect import Conn, execute_script, run, run_one
+from console.db.pooler import per_transaction
 from console.shared.errors import RowLocked, SchemaError
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -97,50 +101,67 @@ def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
 
     conn.add_notice_handler(on_notice)
     try:
-        run(conn, "meta/migrate_lock")
-    except RowLocked:
-        # the lock is an advisory one, not a call's row: say whose it is and where to look
-        conn.remove_notice_handler(on_notice)
-        raise SchemaError("another session holds leasectl's migration lock: another `leasectl migrate` is running, "
-                          "or a session took the lock and keeps it",
-                          hint="wait for it, or find it: select pid, usename, application_name from pg_locks "
-                               "join pg_stat_activity using (pid) where locktype = 'advisory'") from None
-    try:
-        run(conn, "meta/migrations_table")
-        applied = applied_versions(conn)
-        newest = max(applied, default=0)
-        if newest > report.known_version:
-            raise SchemaError(
-                f"the database schema (version {newest}) is newer than this leasectl knows "
-                f"({report.known_version}); refusing to touch it",
-                hint="upgrade leasectl",
-            )
-        for m in migrations:
-            recorded = applied.get(m.version)
-            if recorded and recorded["checksum"] and recorded["checksum"] != m.checksum:
-                raise SchemaError(
-                    f"migration {m.name} was changed after it was applied "
-                    f"(recorded {recorded['checksum'][:12]}, file {m.checksum[:12]})",
-                    hint="never edit an applied migration: add a new one",
-                )
-        for m in migrations:
-            if target is not None and m.version > target:
-                break
-            if m.version in applied:
-                if applied[m.version]["checksum"] is None:  # applied by psql -f
-                    run(conn, "meta/migrations_record", version=m.version, name=m.name,
-                        checksum=m.checksum)
-                continue
-            with conn.transaction():
-                execute_script(conn, m.script)
-                run(conn, "meta/migrations_record", version=m.version, name=m.name,
-                    checksum=m.checksum)
-            report.applied.append(m.name)
-        report.version = max(applied_versions(conn), default=None)
+        with _migration_lock(conn):
+            _apply(conn, migrations, report, target)
     finally:
-        try:
-            run(conn, "meta/migrate_unlock")
-        except Exception:  # noqa: BLE001 - the lock dies with the session anyway
-            pass
         conn.remove_notice_handler(on_notice)
     return report
+
+
+@contextmanager
+def _migration_lock(conn: Conn) -> Iterator[None]:
+    """The migrators' advisory lock, held while the block runs. Behind a transaction pooler a lock
+    of the session would stay on whichever server connection took it: the block is then one
+    transaction, and the lock is that transaction's (meta/migrate_lock_transaction.sql)."""
+    pooled = per_transaction(conn) is not None
+    with conn.transaction() if pooled else nullcontext():
+        try:
+            run(conn, "meta/migrate_lock_transaction" if pooled else "meta/migrate_lock")
+        except RowLocked:
+            # the lock is an advisory one, not a call's row: say whose it is and where to look
+            raise SchemaError("another session holds leasectl's migration lock: another `leasectl migrate` is "
+                              "running, or a session took the lock and keeps it",
+                              hint="wait for it, or find it: select pid, usename, application_name from pg_locks "
+                                   "join pg_stat_activity using (pid) where locktype = 'advisory'") from None
+        try:
+            yield
+        finally:
+            if not pooled:
+                try:
+                    run(conn, "meta/migrate_unlock")
+                except Exception:  # noqa: BLE001 - the lock dies with the session anyway
+                    pass
+
+
+def _apply(conn: Conn, migrations: list[Migration], report: MigrationReport, target: int | None) -> None:
+    run(conn, "meta/migrations_table")
+    applied = applied_versions(conn)
+    newest = max(applied, default=0)
+    if newest > report.known_version:
+        raise SchemaError(
+            f"the database schema (version {newest}) is newer than this leasectl knows "
+            f"({report.known_version}); refusing to touch it",
+            hint="upgrade leasectl",
+        )
+    for m in migrations:
+        recorded = applied.get(m.version)
+        if recorded and recorded["checksum"] and recorded["checksum"] != m.checksum:
+            raise SchemaError(
+                f"migration {m.name} was changed after it was applied "
+                f"(recorded {recorded['checksum'][:12]}, file {m.checksum[:12]})",
+                hint="never edit an applied migration: add a new one",
+            )
+    for m in migrations:
+        if target is not None and m.version > target:
+            break
+        if m.version in applied:
+            if applied[m.version]["checksum"] is None:  # applied by psql -f
+                run(conn, "meta/migrations_record", version=m.version, name=m.name,
+                    checksum=m.checksum)
+            continue
+        with conn.transaction():
+            execute_script(conn, m.script)
+            run(conn, "meta/migrations_record", version=m.version, name=m.name,
+                checksum=m.checksum)
+        report.applied.append(m.name)
+    report.version = max(applied_versions(conn), default=None)

@@ -1,6 +1,7 @@
 """The console's own session: separate connections for reads, actions and LISTEN, each a lane
 (console.db.lane: our limits, made again after a loss, one backoff); read-only mode enforced in
-the database."""
+the database. Behind a connection pooler in transaction mode there is no LISTEN: the console
+polls, and says so (console.db.pooler)."""
 
 from __future__ import annotations
 
@@ -11,44 +12,122 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from console.core.models import DbInfo
-from console.db.connect import Conn, run
+from console.db.connect import Conn, run, set_display_clock
 from console.db.lane import Lane
 from console.db.migrate import check_compatible
+from console.db.pooler import Pooler, can_listen
 from console.db.reads import db_info
 from console.shared.config import CONSOLE_LIMITS, SessionLimits
-from console.shared.errors import DatabaseUnavailable, ReadOnlySession
+from console.shared.contexts import Context, Overrides, load_contexts, settle
+from console.shared.errors import DatabaseUnavailable, LeasectlError, ReadOnlySession
 
 T = TypeVar("T")
 log = logging.getLogger("leasectl.session")
 
 
+def polling_note(pooler: Pooler, poll_seconds: float | None = None) -> str:
+    """What the console says when it cannot LISTEN: why, and what it does instead."""
+    every = f" every {poll_seconds:g} s" if poll_seconds else ""
+    return (f"No live updates: the database is reached through a connection pooler in transaction mode "
+            f"({pooler.how}), which cannot carry LISTEN/NOTIFY. The console polls{every} instead.")
+
+
 def _subscribe(conn: Conn) -> None:
+    if not can_listen(conn):  # behind a transaction pooler the subscription would hear nothing
+        return
     run(conn, "meta/listen")
     run(conn, "meta/listen_fleet")  # shutdowns, agents' states, grants
 
 
+class SessionRetired(LeasectlError):
+    """The console has left this session's database (another context was chosen): it connects no more."""
+
+
 class ConsoleSession:
+    """`context`: the context it was opened for (console.shared.contexts; None: --dsn or the
+    environment), named in the header; `overrides`: what the command line said, kept for a switch
+    to another context (`switched_to`); `read_only_because`: why it is read-only before it asks the
+    database (default: --read-only); `known_contexts`: where ctrl+o finds the others."""
+
     def __init__(self, dsn: str, *, operator: str, read_only: bool = False, clock: str | None = None,
                  label: str | None = None, limits: SessionLimits = CONSOLE_LIMITS,
-                 shown_dsn: str | None = None) -> None:
+                 shown_dsn: str | None = None, context: Context | None = None,
+                 overrides: Overrides | None = None, read_only_because: str | None = None,
+                 known_contexts: Callable[[], dict[str, Context]] = load_contexts,
+                 first: ConsoleSession | None = None) -> None:
         self.dsn = dsn
         self.shown_dsn = shown_dsn  # what `?` shows instead of the DSN (the pictures pin it)
         self.operator = operator
-        self.read_only_requested = read_only
+        self.context = context
+        self.overrides = overrides or Overrides(operator=operator, read_only=read_only)
+        self.known_contexts = known_contexts
+        # where the console opened (its context, None for none; its DSN, label and pinned DSN), offered
+        # by the picker even when the file does not name it: the way back is always there
+        self.first_context: Context | None = first.first_context if first is not None else context
+        self.first_dsn: str = first.first_dsn if first is not None else dsn
+        self.first_label: str | None = first.first_label if first is not None else label
+        self.first_shown_dsn: str | None = first.first_shown_dsn if first is not None else shown_dsn
+        self.asked_read_only = read_only_because or ("started with --read-only" if read_only else None)
+        self.read_only_requested = self.asked_read_only is not None
         self.clock = clock
         self.label = label
         self.limits = limits
         self.info: DbInfo | None = None
-        self.read_only_reason: str | None = "started with --read-only" if read_only else None
+        self.read_only_reason: str | None = self.asked_read_only
+        self.retired = False
+        # why the console polls without LISTEN (a connection pooler in transaction mode), once known
+        self.polling_reason: str | None = None
+        read_only = self.read_only_requested
         # three connections, so that a slow read never holds up an action, and LISTEN has one
         # of its own; reads show the database's clock as the pictures pin it, when asked
         self.read_lane = Lane(dsn, limits=limits, read_only=read_only, setup=self._display_clock)
-        self.action_lane = Lane(dsn, limits=limits, read_only=read_only)
-        self.listen_lane = Lane(dsn, limits=limits, application_name="leasectl-listen", setup=_subscribe)
+        self.action_lane = Lane(dsn, limits=limits, read_only=read_only, setup=self._still_current)
+        self.listen_lane = Lane(dsn, limits=limits, application_name="leasectl-listen", setup=self._subscribe)
+
+    @property
+    def dsn_overridden(self) -> bool:
+        """Opened for a context, on another DSN (--dsn beat the context's)."""
+        return self.context is not None and self.dsn != self.context.dsn
+
+    def is_first(self, context: Context | None) -> bool:
+        """Whether `context` is the one the console opened with (None: it opened without one)."""
+        first = self.first_context
+        if first is None or context is None:
+            return first is None and context is None
+        return first.name == context.name
+
+    def switched_to(self, context: Context | None) -> ConsoleSession:
+        """A new session for `context` (None: where the console opened without one), under the same
+        --operator and --read-only; the DSN the console opened on (--dsn, the demo's) stays with the
+        place it opened in, every other context connects to its own dsn."""
+        first = self.is_first(context)
+        dsn = self.first_dsn if first or context is None else context.dsn
+        settled = settle(context, self.overrides.model_copy(update={"dsn": dsn}))
+        return ConsoleSession(settled.dsn, operator=settled.operator, read_only_because=settled.read_only_reason,
+                              clock=self.clock, limits=self.limits, context=context, overrides=self.overrides,
+                              known_contexts=self.known_contexts, first=self,
+                              label=self.first_label if first else None,
+                              shown_dsn=self.first_shown_dsn if first else None)
+
+    def retire(self) -> None:
+        """This session is done for good (the console switched away): its connections are closed and
+        none is made again, even by a read already on its way (it fails with SessionRetired)."""
+        self.retired = True
+        self.close()
+
+    def _still_current(self, conn: Conn) -> None:
+        """Every new connection's first check: a retired session opens none."""
+        if self.retired:
+            raise SessionRetired("the console has left this database (another context was chosen)")
 
     def _display_clock(self, conn: Conn) -> None:
+        self._still_current(conn)
         if self.clock is not None:
-            run(conn, "meta/display_clock", clock=self.clock)
+            set_display_clock(conn, self.clock)
+
+    def _subscribe(self, conn: Conn) -> None:
+        self._still_current(conn)
+        _subscribe(conn)
 
     def open(self) -> DbInfo:
         """Connect, check the schema, and learn whether this session may act at all."""
@@ -58,8 +137,8 @@ class ConsoleSession:
         check_compatible(conn)
         info = db_info(conn)
         self.info = info
-        if self.read_only_requested:
-            self.read_only_reason = "started with --read-only"
+        if self.asked_read_only:
+            self.read_only_reason = self.asked_read_only
         elif info.session_read_only:
             self.read_only_reason = "the database session is read-only"
         elif not info.can_act:
@@ -94,14 +173,23 @@ class ConsoleSession:
 
     # ------------------------------------------------------------------ LISTEN/NOTIFY
     def listen(self, on_change: Callable[[dict[str, Any]], None], stop: threading.Event,
-               on_state: Callable[[bool], None] | None = None) -> None:
+               on_state: Callable[[bool], None] | None = None, on_note: Callable[[str], None] | None = None,
+               poll_seconds: float | None = None) -> None:
         """Block, calling on_change for each state/owner change notified, until `stop`. Reconnects
         after the lane's backoff; on_state(False/True) reports the listener losing/regaining its
-        connection. The caller keeps polling either way: NOTIFY only wakes the poll early."""
+        connection. The caller keeps polling either way: NOTIFY only wakes the poll early.
+
+        Behind a connection pooler in transaction mode LISTEN hears nothing: the listener says so
+        once (on_note, and the log), lets its connection go and waits for `stop`; on_state is never
+        called, so the header shows polling, never live."""
+        polling = None
         try:
-            while not stop.is_set():
+            while not stop.is_set() and polling is None:
                 try:
                     with self.listen_lane.use() as conn:
+                        if not can_listen(conn):
+                            polling = self.listen_lane.pooler
+                            continue
                         if on_state:
                             on_state(True)
                         _relay(conn, on_change, stop)
@@ -114,6 +202,12 @@ class ConsoleSession:
                     self.listen_lane.pause(stop)
         finally:
             self.listen_lane.close()
+        if polling is not None:
+            self.polling_reason = polling_note(polling, poll_seconds)
+            log.warning("%s", self.polling_reason)
+            if on_note:
+                on_note(self.polling_reason)
+            stop.wait()
 
 
 def _relay(conn: Conn, on_change: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:

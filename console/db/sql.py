@@ -61,6 +61,9 @@ class Query:
     # parameters a caller may leave out (the `-- Optional:` header): bound as null, which the
     # file reads as "the default"; a file gains parameters this way without breaking its callers
     optional: tuple[str, ...] = ()
+    # a SET TRANSACTION (meta/snapshot.sql), which PostgreSQL takes only before any query of its
+    # transaction: console.db.pooler.send puts it ahead of the transaction's settings
+    sets_transaction: bool = False
 
     @property
     def path(self) -> str:
@@ -189,7 +192,16 @@ def load(name: str) -> Query:
         purpose=_header(source, "Purpose"),
         zero_rows=_header(source, "Zero rows"),
         optional=tuple(n for n in re.split(r"[,\s]+", _header(source, "Optional")) if n in params),
+        sets_transaction=_statement(source).lower().startswith("set transaction"),
     )
+
+
+def _statement(source: str) -> str:
+    """The statement of a file, without the comment lines that head it."""
+    lines = source.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)
+    return "\n".join(lines).strip()
 
 
 def all_query_names() -> list[str]:

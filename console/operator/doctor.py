@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from console.db.connect import Conn, Row, connect, run, run_one
+from console.db.connect import Conn, Row, connect, find_pooler, run, run_one
 from console.db.migrate import applied_versions, known_version
+from console.db.pooler import pooler_of, pooler_setting
 from console.shared.errors import LeasectlError
 from console.shared.text import listed
 
@@ -48,7 +49,7 @@ def diagnose(dsn: str) -> list[Check]:
         return [Check("connection", "fail", str(exc),
                       exc.hint or "check --dsn, LEASECTL_DSN, DATABASE_URL or PG* variables")]
     with conn:
-        checks = [_server(conn)]
+        checks = [_server(conn), _pooler(conn), _replication(conn)]
         schema = _schema(conn)
         checks.append(schema)
         if schema.status == "fail" and "no leasectl schema" in schema.detail:
@@ -72,6 +73,63 @@ def _server(conn: Conn) -> Check:
               + (" (superuser)" if row["superuser"] else ""))
     return Check("connection", status, detail,
                  "" if status == "ok" else "leasectl is tested on PostgreSQL 15 and 18")
+
+
+def _pooler(conn: Conn) -> Check:
+    """Whether a connection pooler stands between leasectl and the server, and what it changes."""
+    pooler = pooler_of(conn)
+    if pooler is None and pooler_setting() == "none":
+        # LEASECTL_POOLER=none skips the question when leasectl connects: the doctor asks anyway
+        found = find_pooler(conn, "auto")
+        if found is None:
+            return Check("pooler", "ok", "none (LEASECTL_POOLER=none, and the server process that answers is the "
+                         "one the connection started with)")
+        return Check("pooler", "warn", "LEASECTL_POOLER=none, but a connection pooler stands in between "
+                     f"({found.how}): if it pools by transaction, leasectl's session settings reach other "
+                     "clients, and its prepared statements and LISTEN break",
+                     "unset LEASECTL_POOLER (auto finds it), or set it to transaction or session")
+    if pooler is None:
+        return Check("pooler", "ok", "none: connected to the server itself (the process that answers is the one "
+                     "the connection started with)")
+    what = "; ".join(pooler.changes())
+    if pooler.keeps_sessions:
+        return Check("pooler", "ok", f"a connection pooler that keeps sessions ({pooler.how}): {what}")
+    return Check("pooler", "warn", f"a connection pooler in transaction mode ({pooler.how}). What changes: {what}",
+                 "give the pool enough server connections for the statements leasectl runs at once (each worker's "
+                 "claims and heartbeats run side by side): a heartbeat queued in the pooler waits against its "
+                 "lease (PgBouncer: default_pool_size, reserve_pool_size, query_wait_timeout). "
+                 "LEASECTL_POOLER=session if the pooler keeps sessions")
+
+
+def _replication(conn: Conn) -> Check:
+    """What a completion a worker was told about is worth here: whether a commit waits for a
+    standby (synchronous replication), so that it survives a failover to that standby."""
+    row = _the_row(conn, "meta/doctor_replication")
+    if row["in_recovery"]:
+        return Check("replication", "warn", "this server is a standby (read-only): workers and actions need the "
+                     "primary", "use the primary, or every node with target_session_attrs=read-write; a "
+                     "standby belongs in a context's read_dsn")
+    replicas, sync = int(row["replicas"]), row["sync_replicas"]
+    commit = row["synchronous_commit"]
+    if replicas == 0:
+        return Check("replication", "ok", "no standby streams from this server: a completion a worker was told "
+                     "about is as safe as this server's disk; a failover to a backup loses what came after it")
+    if sync is None:
+        return Check("replication", "warn", f"{replicas} standby(s) stream from this server; whether a commit "
+                     f"waits for one is hidden from this role (synchronous_standby_names = "
+                     f"'{row['synchronous_standby_names']}', synchronous_commit = {commit})",
+                     "grant pg_read_all_stats to the role that runs doctor to see the standbys' sync state")
+    if sync > 0 and commit in ("on", "remote_write", "remote_apply"):
+        return Check("replication", "ok", f"synchronous replication: {sync} of {replicas} standby(s) confirm each "
+                     f"commit (synchronous_commit = {commit}): a completion a worker was told about survives a "
+                     "failover to a synchronous standby")
+    return Check("replication", "warn", f"asynchronous replication ({replicas} standby(s), "
+                 f"{'none synchronous' if not sync else f'synchronous_commit = {commit}'}): a failover can lose "
+                 "the last commits before it. Their calls come back and run again (read-only, verifiable tools) "
+                 "or stop in outcome_unknown (an unverifiable request that went out): a completion a worker was "
+                 "told about is worth this server's disk until a standby has it",
+                 "Patroni: synchronous_mode: true; plain PostgreSQL: synchronous_standby_names and "
+                 "synchronous_commit = on")
 
 
 def _schema(conn: Conn) -> Check:

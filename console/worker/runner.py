@@ -412,6 +412,14 @@ class Worker:
                                    f"calls only as {row['expected']}",
                                    hint="start the worker with a worker_id of that form")
         self._identity_checked = True
+        pooler = self._main.pooler
+        if pooler is not None and not pooler.keeps_sessions:
+            # said once per worker: what a pooler in transaction mode changes for it
+            log.warning("worker %s reaches the database through a connection pooler in transaction mode (%s): "
+                        "its limits are set in every transaction, statements are %s; it needs no LISTEN (it "
+                        "polls for calls every %g s)", self.worker_id, pooler.how,
+                        "prepared (LEASECTL_POOLER_PREPARES)" if pooler.prepares else "not prepared",
+                        self.poll_interval)
 
     def claim(self) -> Claimed | None:
         if self.partitioned.is_set():

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from console.db import sql
 from console.db.connect import Conn, Row, translate_error
+from console.db.pooler import send
 
 
 def rows(conn: Conn, name: str, /, **params: Any) -> list[Row]:
@@ -23,7 +24,7 @@ def rows(conn: Conn, name: str, /, **params: Any) -> list[Row]:
     query = sql.load(name)
     values = query.bind(params)
     try:
-        return conn.execute(query.text, values).fetchall()
+        return send(conn, query, values).fetchall()
     except psycopg.Error as exc:
         raise translate_error(exc, query.path) from exc
 

@@ -108,6 +108,12 @@ def released_queries(migration: str, into: Path) -> Path:
     (into / "queries.tar").write_bytes(archive)
     with tarfile.open(into / "queries.tar") as tar:
         tar.extractall(into, filter="data")
+    # the connection's own statements (queries/meta/) that the release had not yet come from this
+    # checkout, whose code asks for them: meta/backend.sql on every connection, since leasectl
+    # looks for a connection pooler (console.db.pooler)
+    for path in (root / "queries" / "meta").glob("*.sql"):
+        if not (into / "queries" / "meta" / path.name).exists():
+            shutil.copyfile(path, into / "queries" / "meta" / path.name)
     return into / "queries"
 
 

@@ -109,3 +109,9 @@ def test_a_login_that_turned_its_own_timeout_off_gets_the_command_again(db, pg_s
     finally:
         with pg_server.admin() as admin:
             admin.execute("alter role lc_doctor_zero reset all")
+
+
+def test_a_server_without_standbys_says_what_an_acknowledged_completion_is_worth(db):
+    # the HA tier (tests/ha/test_failover.py) sees the synchronous and the standby answers
+    check = by_name(diagnose(db.dsn))["replication"]
+    assert check.status == "ok" and "no standby" in check.detail and "disk" in check.detail

@@ -27,6 +27,7 @@ import pytest
 from console.control.supervisor import Supervisor
 from console.db.connect import connect
 from console.db.migrate import migrate
+from console.operator.doctor import diagnose
 from console.worker import CallContext, Worker
 from tests import helpers as h
 from tests.ha.cluster import PatroniCluster, missing_tools
@@ -166,6 +167,19 @@ def test_a_fleet_keeps_every_acknowledged_completion_through_a_switchover_and_a_
     assert console_seen.get("error") is None, console_seen.get("error")
     assert console_seen.get("outage"), "the console showed the outage"
     assert console_seen.get("recovered"), "the console came back on the new primary"
+
+    # what doctor says of this cluster: alone after the kill (no standby), synchronous once the old
+    # primary follows again, and a standby where one answers
+    alone = {c.name: c for c in diagnose(dsn)}["replication"]
+    assert alone.status == "ok" and "no standby" in alone.detail, alone
+    cluster.rejoin(killed)  # the old primary comes back as a standby (pg_rewind)
+    h.wait_until(lambda: cluster.sync_standby() == killed, timeout=120, interval=0.5,
+                 what="the killed node to follow as the synchronous standby")
+    h.wait_until(lambda: "synchronous replication" in {c.name: c for c in diagnose(dsn)}["replication"].detail,
+                 timeout=30, interval=0.5, what="doctor to see the synchronous standby")
+    standby = killed
+    on_standby = {c.name: c for c in diagnose(cluster.node_dsn(standby, "leasectl"))}
+    assert on_standby["replication"].status == "warn" and "standby" in on_standby["replication"].detail
 
     verify = subprocess.run([sys.executable, "-m", "console", "audit", "verify", "--dsn", dsn],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)

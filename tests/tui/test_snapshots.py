@@ -5,16 +5,19 @@ frozen clock, so they change only when the screens do. Update deliberately with
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 
-from console.operator.tui.pictures import SHOTS, Shot, make_app, play
+from console.operator.tui.pictures import SHOTS, Shot, make_app, picture_contexts, play
 
 
 @pytest.mark.parametrize("shot", SHOTS, ids=[s.name for s in SHOTS])
 def test_picture(snap_compare, scenario_dsn, shot: Shot):
-    app = make_app(scenario_dsn, read_only=shot.read_only)
+    app = make_app(scenario_dsn, read_only=shot.read_only, context=shot.context)
 
     async def run_before(pilot) -> None:
         await play(pilot, shot)
 
-    assert snap_compare(app, terminal_size=shot.size, run_before=run_before)
+    with picture_contexts(scenario_dsn) if shot.contexts else nullcontext():
+        assert snap_compare(app, terminal_size=shot.size, run_before=run_before)

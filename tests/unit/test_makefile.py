@@ -38,6 +38,8 @@ def test_demo_and_test_run_what_they_ran():
     assert demo.returncode == 0 and demo.stdout.splitlines()[-1].strip() == ".venv/bin/leasectl demo", demo.stdout
     test = make("-n", "test")
     assert test.returncode == 0, test.stderr
-    assert 'LEASECTL_MIN_TESTS=350 .venv/bin/python -m pytest -p no:cacheprovider -n 4 -m "not slow and not wheel" ' \
-           "tests" in test.stdout
+    assert 'LEASECTL_MIN_TESTS=350 .venv/bin/python -m pytest -p no:cacheprovider -n 4 ' \
+           '-m "not slow and not wheel and not ha and not pooler" tests' in test.stdout
+    # the tiers that need a tool of their own run apart, each with its least count of tests
+    assert "-m pooler tests/pooler" in test.stdout and "-m ha tests/ha" in test.stdout
     assert "ruff check" in test.stdout and "lint-imports" in test.stdout

@@ -2,7 +2,9 @@
 
 `leasectl` alone opens the console. `--dsn` and `--operator` may stand before the command or
 after it; given in both places with different values they are refused, never one of them silently
-ignored. `--read-only` stands before the command (after it, it is an unknown option: refused).
+ignored. `--read-only` and `--context` stand before the command (after it, an unknown option:
+refused). A context (`--context NAME` or LEASECTL_CONTEXT, console.shared.contexts) is found in
+contexts.toml before any command runs: an unknown name exits 2 naming the known ones.
 Exit codes: see console.operator.cli.common.
 """
 
@@ -17,17 +19,23 @@ from rich.markup import escape
 
 import console
 from console.operator.cli import admin, audit, calls, fleet  # noqa: F401 - each registers its commands
+from console.operator.cli import contexts as contexts_commands  # noqa: F401 - `contexts [--json]`
 from console.operator.cli import metrics as metrics_commands  # noqa: F401 - `metrics`, `metrics serve`
+from console.operator.cli import triage as triage_commands  # noqa: F401 - `triage [--all-contexts]`
 from console.operator.cli.common import (
     Before,
     app,
+    chosen_context,
+    command_line_overrides,
     dsn_option,
     err,
     friendly,
     operator_option,
     read_only_option,
+    read_only_why,
     set_before,
 )
+from console.shared.contexts import CONTEXT_ENV, chosen_name
 from console.shared.errors import BadInput
 
 
@@ -47,19 +55,26 @@ def _show_version(value: bool) -> None:
 @app.callback(invoke_without_command=True)
 def root(
     ctx: typer.Context,
-    dsn: Annotated[str | None, typer.Option("--dsn", show_default=False, help="PostgreSQL connection string "
-                                            "(else LEASECTL_DSN, DATABASE_URL, PG* variables)")] = None,
+    dsn: Annotated[str | None, typer.Option("--dsn", show_default=False, help="PostgreSQL connection string; "
+                                            "wins over the context's dsn (else the context's, LEASECTL_DSN, "
+                                            "DATABASE_URL, PG* variables)")] = None,
+    context: Annotated[str | None, typer.Option("--context", show_default=False, metavar="NAME",
+                                                help=f"A context of contexts.toml (else {CONTEXT_ENV}): its "
+                                                     "dsn, operator and read_only; --dsn and --operator win "
+                                                     "over its own; `leasectl contexts` lists them")] = None,
     read_only: Annotated[bool, typer.Option("--read-only", help="No action is possible; the database "
-                                                                "session itself is read-only")] = False,
-    operator: Annotated[str | None, typer.Option("--operator", help="Your name in the journal "
-                                                                    "(default: $USER)")] = None,
+                                                                "session itself is read-only (so is a context's "
+                                                                "read_only = true)")] = False,
+    operator: Annotated[str | None, typer.Option("--operator", help="Your name in the journal (default: the "
+                                                                    "context's operator, else $USER)")] = None,
     poll: Annotated[float | None, typer.Option("--poll", min=0.2, help="Seconds between the console's "
                                                "refreshes (NOTIFY refreshes sooner); default 2")] = None,
     show_version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                                help="Print the version and exit")] = False,
 ) -> None:
     """Open the console (when no command is given)."""
-    set_before(Before(dsn=dsn, read_only=read_only, operator=operator, poll=poll))
+    set_before(Before(dsn=dsn, read_only=read_only, operator=operator, poll=poll, context=context,
+                      context_name=_context_name(context, ctx.invoked_subcommand)))
     if ctx.invoked_subcommand is None:
         friendly(_run_console)(poll)
     elif poll is not None and ctx.invoked_subcommand != "demo":
@@ -70,11 +85,27 @@ def _refuse(message: str) -> None:
     raise BadInput(message)
 
 
+# commands that make their own database: LEASECTL_CONTEXT does not send them anywhere (the demo
+# writes a simulated fleet: an explicit --context sends it there, as --dsn does; the screenshots
+# are taken on a throwaway database, whatever the options say)
+_OWN_DATABASE = frozenset({"demo", "screenshots"})
+
+
+def _context_name(explicit: str | None, command: str | None) -> str | None:
+    """The context this invocation runs in: --context, else LEASECTL_CONTEXT (console.shared.contexts).
+    It is looked up when a command first needs it (common.chosen_context: an unknown name exits 2)."""
+    if command == "screenshots" or (command in _OWN_DATABASE and explicit is None):
+        return None
+    return chosen_name(explicit)
+
+
 def _run_console(poll: float | None) -> None:
     from console.db.session import ConsoleSession
     from console.operator.tui.app import LeasectlApp
 
-    session = ConsoleSession(dsn_option(None), operator=operator_option(None), read_only=read_only_option())
+    session = ConsoleSession(dsn_option(None), operator=operator_option(None), read_only=read_only_option(),
+                             read_only_because=read_only_why(), context=chosen_context(),
+                             overrides=command_line_overrides())
     LeasectlApp(session, poll_seconds=poll or 2.0).run()
 
 

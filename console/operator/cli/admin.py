@@ -18,12 +18,15 @@ from console.operator.cli.common import (
     OperatorOption,
     app,
     before,
+    chosen_context,
+    command_line_overrides,
     dsn_option,
     err,
     friendly,
     operator_option,
     out,
     read_only_option,
+    read_only_why,
     refuse_if_read_only,
 )
 from console.operator.doctor import diagnose
@@ -77,7 +80,9 @@ def demo(
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same situations in the same order")] = 7,
     no_tui: Annotated[bool, typer.Option("--no-tui", help="Run only the fleet (point another console or the "
                                                           "CLI at it)")] = False,
-    dsn: DsnOption = None,
+    dsn: Annotated[str | None, typer.Option("--dsn", show_default=False,
+                                            help="Run the fleet on this database instead (so does an explicit "
+                                                 "--context; LEASECTL_CONTEXT alone does not)")] = None,
     duration: Annotated[float | None, typer.Option("--duration", min=1, help="Stop after this many seconds "
                                                                             "(--no-tui)")] = None,
     tempo: Annotated[float, typer.Option("--tempo", min=0.05, max=10, help="Multiply every duration (leases, "
@@ -87,18 +92,22 @@ def demo(
     """A live simulated fleet on an embedded PostgreSQL, with every trouble the console exists for."""
     from console.demo.run import Announcer, DemoOptions, default_data_dir, log_to_file, run_demo
 
-    explicit_dsn = dsn if dsn is not None else before().dsn
+    # an explicit --context sends the demo there as --dsn does (the root callback leaves
+    # LEASECTL_CONTEXT alone for the demo: a variable never points a simulated fleet at a database)
+    explicit_dsn = dsn if dsn is not None else (before().dsn or chosen_context())
     options = DemoOptions(data_dir=data_dir or default_data_dir(), reset=reset, seed=seed, tui=not no_tui,
                           dsn=dsn_option(dsn) if explicit_dsn else None, duration=duration, tempo=tempo,
                           operator=operator_option(operator))
     read_only = read_only_option()
     poll = before().poll
+    context, why, overrides = chosen_context(), read_only_why(), command_line_overrides()
 
     def open_console(demo_dsn: str) -> None:
         from console.db.session import ConsoleSession
         from console.operator.tui.app import LeasectlApp
 
-        session = ConsoleSession(demo_dsn, operator=options.operator, read_only=read_only, label="leasectl_demo")
+        session = ConsoleSession(demo_dsn, operator=options.operator, read_only=read_only, label="leasectl_demo",
+                                 read_only_because=why, context=context, overrides=overrides)
         LeasectlApp(session, poll_seconds=poll or 2.0).run()
 
     run_demo(options, Announcer(time.monotonic(), log_to_file(options.data_dir) if options.tui else None),

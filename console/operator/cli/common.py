@@ -24,7 +24,7 @@ from rich.segment import Segment
 
 from console.db.connect import Conn, translate_error
 from console.db.lane import open_session
-from console.shared.config import default_operator, resolve_dsn
+from console.shared.contexts import Context, Overrides, read_only_reason, resolve_context, settle
 from console.shared.dsn import mask_secrets
 from console.shared.errors import (
     EXIT_BAD_INPUT,
@@ -136,12 +136,18 @@ def friendly(fn: F) -> F:
 
 class Before(BaseModel):
     """The options given before the command (`leasectl --dsn X jobs`); merged with the same
-    options given after it, so that neither position is ever silently ignored."""
+    options given after it, so that neither position is ever silently ignored. `context` is the
+    --context given (None: not given); `context_name` the context this invocation runs in (--context,
+    else LEASECTL_CONTEXT), looked up in contexts.toml when a command first needs it
+    (`chosen_context`, which keeps it in `chosen`): `leasectl jobs --help` works whatever the name."""
 
     dsn: str | None = None
     read_only: bool = False
     operator: str | None = None
     poll: float | None = None
+    context: str | None = None
+    context_name: str | None = None
+    chosen: Context | None = None
 
 
 # set by the root callback, which runs before every command of this invocation
@@ -164,31 +170,59 @@ def _merge(name: str, early: str | None, late: str | None) -> str | None:
     return late if late is not None else early
 
 
+def chosen_context() -> Context | None:
+    """The context this invocation runs in (--context or LEASECTL_CONTEXT), or None; an unknown name
+    is BadInput naming the known ones (exit 2), a contexts.toml that does not parse too. Every
+    command that connects comes here (dsn_option, operator_option, read_only_option)."""
+    early = before()
+    if early.chosen is None and early.context_name is not None:
+        if not early.context_name.strip():
+            raise BadInput("--context is empty (an unset variable?): give a context's name, or leave it out")
+        early.chosen = resolve_context(early.context_name)
+    return early.chosen
+
+
 def dsn_option(late: str | None) -> str:
-    """The DSN: --dsn (either position), else LEASECTL_DSN, DATABASE_URL, libpq's PG* variables."""
+    """The DSN: --dsn (either position), else the context's dsn (--context, LEASECTL_CONTEXT), else
+    LEASECTL_DSN, DATABASE_URL, libpq's PG* variables (console.shared.contexts.settle)."""
     given = _merge("--dsn", before().dsn, late)
     if given is not None and not given.strip():
         # `--dsn "$DB"` with DB unset: falling back to LEASECTL_DSN could reach another database
         raise BadInput("--dsn is empty (an unset variable?): give a connection string, or leave --dsn "
-                       "out to use LEASECTL_DSN, DATABASE_URL or libpq's PG* variables")
-    return resolve_dsn(given)
+                       "out to use the context's, LEASECTL_DSN, DATABASE_URL or libpq's PG* variables")
+    return settle(chosen_context(), Overrides(dsn=given)).dsn
 
 
 def operator_option(late: str | None) -> str:
-    name = _merge("--operator", before().operator, late) or default_operator()
+    """Your name: --operator (either position), else the context's operator, else LEASECTL_OPERATOR, $USER."""
+    name = settle(chosen_context(), Overrides(operator=_merge("--operator", before().operator, late))).operator
     if not name.strip():
         raise BadInput("--operator must not be empty: it is journaled with the action")
     return name.strip()
 
 
+def read_only_why() -> str | None:
+    """Why this invocation may not act: --read-only, or its context's `read_only = true` (which no
+    option undoes); None when it may."""
+    return read_only_reason(chosen_context(), Overrides(read_only=before().read_only))
+
+
 def read_only_option() -> bool:
-    return before().read_only
+    return read_only_why() is not None
+
+
+def command_line_overrides() -> Overrides:
+    """What the command line said, for the console: it keeps --operator and --read-only across a
+    switch of context (ctrl+o)."""
+    early = before()
+    return Overrides(dsn=early.dsn, operator=early.operator, read_only=early.read_only)
 
 
 def refuse_if_read_only(what: str) -> None:
-    if read_only_option():
-        raise ReadOnlySession(f"refused: --read-only was given, and {what} changes data. Nothing was sent "
-                              "to the database.")
+    why = read_only_why()
+    if why is not None:
+        cause = "--read-only was given" if why == "started with --read-only" else f"this session is read-only ({why})"
+        raise ReadOnlySession(f"refused: {cause}, and {what} changes data. Nothing was sent to the database.")
 
 
 def connect_for_reading(dsn: str | None) -> Conn:
@@ -250,13 +284,14 @@ def answer(applied: bool, message: str, detail: str) -> None:
 DsnOption = Annotated[
     str | None,
     typer.Option("--dsn", show_default=False,
-                 help="PostgreSQL connection string (else LEASECTL_DSN, DATABASE_URL, PG* variables); "
-                      "before or after the command"),
+                 help="PostgreSQL connection string; wins over the context's dsn (else the context's, "
+                      "LEASECTL_DSN, DATABASE_URL, PG* variables); before or after the command"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (contract column names)")]
 JobArgument = Annotated[str, typer.Argument(help="Call id, or a unique prefix of it", show_default=False)]
 ReasonOption = Annotated[str, typer.Option("--reason", help="Why (required; journaled with your name)",
                                            show_default=False)]  # required: an empty one is refused
-OperatorOption = Annotated[str | None, typer.Option("--operator", help="Your name in the journal (default: "
-                                                                       "$USER); before or after the command")]
+OperatorOption = Annotated[str | None, typer.Option("--operator", help="Your name in the journal (default: the "
+                                                                       "context's operator, else $USER); wins over "
+                                                                       "the context's; before or after the command")]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; act on the state just read")]

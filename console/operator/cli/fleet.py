@@ -221,7 +221,8 @@ def supervise(
     with connect_for_reading(dsn):  # fail fast, with the usual message, on a wrong DSN or an old schema
         pass
     supervisor = Supervisor(dsn_option(dsn), supervisor_id=supervisor_id, interval=interval,
-                            sweep_interval=sweep_interval, on_report=show)
+                            sweep_interval=sweep_interval, on_report=show,
+                            on_note=lambda text: err.print(f"[yellow]note:[/] {escape(sanitize(text))}"))
     if once:
         report = supervisor.once()
         show(report)

@@ -27,6 +27,13 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from console.db.session import ConsoleSession
+from console.operator.present.contexts import (
+    NO_CONTEXTS_HINT,
+    SWITCH_FROM_A_SCREEN,
+    no_contexts,
+    switched_words,
+    switching_words,
+)
 from console.operator.tui.clock import Clock
 from console.operator.tui.failures import describe_failure, ensure_log_file, log_dir
 from console.operator.tui.messages import DataArrived, DataFailed, DbChanged, ListenerState
@@ -36,13 +43,16 @@ from console.operator.tui.screens.audit import AuditScreen
 from console.operator.tui.screens.base import PollingScreen
 from console.operator.tui.screens.calls import CallsScreen
 from console.operator.tui.screens.chains import ChainsScreen
+from console.operator.tui.screens.contexts import SWITCHING_MODE, ContextChoice, ContextPicker, SwitchingScreen
 from console.operator.tui.screens.detail import DetailScreen
+from console.operator.tui.screens.everywhere import AllContextsScreen
 from console.operator.tui.screens.fleet import FleetScreen
 from console.operator.tui.screens.help import HelpScreen
 from console.operator.tui.screens.metrics import MetricsScreen
 from console.operator.tui.screens.reconciliations import ReconciliationsScreen, RecordScreen
 from console.operator.tui.screens.triage import TriageScreen
 from console.operator.tui.state import Freshness
+from console.shared.contexts import Context, contexts_path
 from console.shared.errors import LeasectlError
 from console.shared.text import terminal_safe
 
@@ -85,11 +95,12 @@ class LeasectlApp(App[None]):
         "audit": AuditScreen,
         "metrics": MetricsScreen,
         "chains": ChainsScreen,
+        "everywhere": AllContextsScreen,
     }
     SCREEN_TITLES: ClassVar[dict[str, str]] = {
         "triage": "1 Triage", "calls": "2 Calls", "approvals": "3 Approvals", "fleet": "4 Fleet",
         "reconciliations": "5 Reconciliations", "audit": "6 Audit", "metrics": "7 Metrics",
-        "chains": "8 Chains"}
+        "chains": "8 Chains", "everywhere": "9 All contexts"}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "switch_mode('triage')", "Triage", tooltip="Calls that need attention, worst first"),
         Binding("2", "switch_mode('calls')", "Calls", tooltip="All calls, filterable, paged"),
@@ -101,6 +112,10 @@ class LeasectlApp(App[None]):
         Binding("7", "switch_mode('metrics')", "Metrics", show=False, tooltip="Metrics by tool, model, provider"),
         Binding("8", "switch_mode('chains')", "Chains", show=False,
                 tooltip="Chains of calls: their deadline, the stage they are at, the slowest stage"),
+        Binding("9", "switch_mode('everywhere')", "All contexts", show=False,
+                tooltip="Triage in every context at once: a context that does not answer is named DOWN"),
+        Binding("ctrl+o", "contexts", "Contexts", show=False,
+                tooltip="Switch to another context: every screen reconnects"),
         Binding("question_mark", "help", "Help", tooltip="Every key binding, and what the words mean"),
         Binding("r", "refresh", "Refresh", show=False, tooltip="Fetch now"),
         Binding("q", "quit", "Quit", tooltip="Leave leasectl"),
@@ -169,7 +184,11 @@ class LeasectlApp(App[None]):
         def state(connected: bool) -> None:
             self.post_message(ListenerState(connected))
 
-        self.session.listen(changed, self._stop_listening, on_state=state)
+        def note(text: str) -> None:  # no LISTEN behind a transaction pooler: say why "● live" never shows
+            self.notify(text, title="Polling", severity="warning", timeout=30)
+
+        self.session.listen(changed, self._stop_listening, on_state=state, on_note=note,
+                            poll_seconds=self.poll_seconds)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The app's own workers (opening the session, the listener) fail through the same place."""
@@ -260,6 +279,60 @@ class LeasectlApp(App[None]):
             self.push_screen(HelpScreen(self.screen, screens=[*self.MODES.values(), DetailScreen, RecordScreen],
                                         app_bindings=self.BINDINGS, session=self.session))
 
+    # ------------------------------------------------------------------ contexts (ctrl+o)
+    def action_contexts(self) -> None:
+        """ctrl+o: the picker (console.operator.tui.screens.contexts); the one chosen becomes the console's."""
+        if isinstance(self.screen, ContextPicker):
+            return
+        if not isinstance(self.screen, PollingScreen):  # a dialog or the help: its business first
+            self.notify(SWITCH_FROM_A_SCREEN, title="Contexts", severity="warning")
+            return
+        try:
+            known = self.session.known_contexts()
+        except LeasectlError as exc:  # contexts.toml that does not parse: say where and why
+            self.notify(f"{exc}" + (f"\n{exc.hint}" if exc.hint else ""), title="Contexts", severity="error",
+                        timeout=15)
+            return
+        if not known:
+            self.notify(f"{no_contexts(str(contexts_path()))}. {NO_CONTEXTS_HINT}.", title="Contexts",
+                        severity="warning", timeout=15)
+            return
+        self.push_screen(ContextPicker(self.session, known), self._context_chosen)
+
+    async def _context_chosen(self, choice: ContextChoice | None) -> None:
+        if choice is not None:
+            await self.switch_context(choice.context)
+
+    async def switch_context(self, context: Context | None) -> None:
+        """The console on another context: a new session (its DSN, operator, read-only), every screen
+        made anew on it -- nothing of the old database stays on screen, and the old screens' workers
+        are cancelled as the screens go -- the listener moved, the old session retired off the UI
+        thread (it makes no connection again, not even for a read already on its way)."""
+        old, mode = self.session, self.current_mode or "triage"
+        new = old.switched_to(context)
+        self._stop_listening.set()
+        self.workers.cancel_group(self, "session")
+        self.add_mode(SWITCHING_MODE, lambda: SwitchingScreen(switching_words(context, new.dsn)))
+        await self.switch_mode(SWITCHING_MODE)
+        for name, screen in self.MODES.items():
+            await self.remove_mode(name)
+            self.add_mode(name, screen)
+        self.session = new
+        self._stop_listening = threading.Event()
+        self.freshness = Freshness()
+        self._retire(old)
+        self.open_session()
+        await self.switch_mode(mode)
+        await self.remove_mode(SWITCHING_MODE)
+        if self.listen_enabled:
+            self.listen_for_changes()
+        self.notify(switched_words(context, new.shown_dsn or new.dsn, new.operator, new.read_only_reason),
+                    title="Contexts")
+
+    @work(thread=True, group="retire", exit_on_error=False)
+    def _retire(self, session: ConsoleSession) -> None:
+        session.retire()  # closing waits for a read in flight on its lane: never on the UI thread
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Every screen and every action by name; Textual's own commands stay out (leasectl's keys
         are the ones that matter here), but for the theme and a screenshot."""
@@ -272,6 +345,7 @@ class LeasectlApp(App[None]):
             yield from screen.commands()
         yield SystemCommand("Refresh", "Fetch now (r)", self.action_refresh)
         yield SystemCommand("Help", "Every key binding and what the words mean (?)", self.action_help)
+        yield SystemCommand("Contexts", "Switch to another context (ctrl+o)", self.action_contexts)
         for command in super().get_system_commands(screen):
             if command.title in ("Theme", "Screenshot", "Quit"):
                 yield command

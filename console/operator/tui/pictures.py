@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Callable
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from console.demo.scenario import ANCHOR
 from console.operator.tui.app import LeasectlApp
 from console.operator.tui.clock import FrozenClock
 from console.operator.tui.screens.base import PollingScreen
+from console.shared.contexts import Context
 
 SIZE = (140, 45)
 SMALL = (80, 24)  # what every screen must still make sense at: health and freshness first
@@ -37,6 +42,8 @@ class Shot:
     read_only: bool = False
     title: str = ""
     size: tuple[int, int] = SIZE
+    contexts: bool = False  # taken with PICTURE_CONTEXTS as the contexts file (picture_contexts)
+    context: str | None = None  # the console opened in this context of PICTURE_CONTEXTS (make_app)
 
 
 SHOTS = [
@@ -112,7 +119,65 @@ SHOTS += [
 ]
 
 
-def make_app(dsn: str, *, read_only: bool = False, operator: str = "dana") -> LeasectlApp:
+# 9 All contexts: the scenario as a production context read from its replica, and a context that does
+# not answer (nothing listens on port 1: refused at once, the same words on every machine)
+PICTURE_CONTEXTS: dict[str, dict[str, object]] = {
+    "prod-eu": {"dsn": "{dsn}", "read_dsn": "{dsn}", "production": True},
+    "prod-us": {"dsn": "postgresql://oncall@127.0.0.1:1/leasectl"}}
+SHOTS += [
+    Shot("all_contexts", ["9"], until="PARTIAL", contexts=True,
+         title="9 All contexts: Triage in every context at once; one does not answer: PARTIAL, never an all-clear"),
+    Shot("small_all_contexts", ["9"], until="PARTIAL", contexts=True, size=SMALL, title="All contexts at 80x24"),
+]
+
+
+@contextmanager
+def picture_contexts(dsn: str) -> Iterator[Path]:
+    """PICTURE_CONTEXTS, the scenario's DSN in place of {dsn}, as the contexts file while a picture is
+    taken (XDG_CONFIG_HOME points at a temporary directory, and back afterwards)."""
+    before = os.environ.get("XDG_CONFIG_HOME")
+    with tempfile.TemporaryDirectory(prefix="leasectl-pictures-") as home:
+        path = Path(home) / "leasectl" / "contexts.toml"
+        path.parent.mkdir(parents=True)
+        lines = []
+        for name, fields in PICTURE_CONTEXTS.items():
+            lines.append(f"[contexts.{name}]")
+            lines += [f"{key} = {json.dumps(value.replace('{dsn}', dsn) if isinstance(value, str) else value)}"
+                      for key, value in fields.items()]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.environ["XDG_CONFIG_HOME"] = home
+        try:
+            yield path
+        finally:
+            if before is None:
+                os.environ.pop("XDG_CONFIG_HOME", None)
+            else:
+                os.environ["XDG_CONFIG_HOME"] = before
+
+
+# the console in a production context, and ctrl+o over it: PICTURE_CONTEXTS, given to the console itself
+SHOTS += [
+    Shot("context_production", [], until="outcome unknown", context="prod-eu",
+         title="The header names the context, always; a production one stands out in its colour"),
+    Shot("contexts_picker", ["ctrl+o"], until="Connection refused", context="prod-eu",
+         title="ctrl+o: the contexts, each asked at once whether it answers; enter switches the whole console"),
+]
+
+
+def picture_context_set(dsn: str) -> dict[str, Context]:
+    """PICTURE_CONTEXTS as contexts, the scenario's DSN in place of {dsn}."""
+    return {name: Context(name=name, **{key: value.replace("{dsn}", dsn) if isinstance(value, str) else value
+                                        for key, value in fields.items()})
+            for name, fields in PICTURE_CONTEXTS.items()}
+
+
+def make_app(dsn: str, *, read_only: bool = False, operator: str = "dana", context: str | None = None) -> LeasectlApp:
+    """`context`: opened in that context of PICTURE_CONTEXTS, which ctrl+o lists (no file is read)."""
+    if context is not None:
+        known = picture_context_set(dsn)
+        session = ConsoleSession(dsn, operator=operator, read_only=read_only, clock=ANCHOR.isoformat(),
+                                 label="leasectl", context=known[context], known_contexts=lambda: known)
+        return LeasectlApp(session, clock=FrozenClock(), listen=False)
     session = ConsoleSession(dsn, operator=operator, read_only=read_only, label="demo", clock=ANCHOR.isoformat(),
                              shown_dsn="user=postgres dbname=leasectl_demo host=/home/you/.local/share/leasectl/demo")
     return LeasectlApp(session, clock=FrozenClock(), listen=False)
@@ -153,9 +218,10 @@ async def play(pilot: Pilot, shot: Shot) -> None:
 
 
 async def capture(dsn: str, shot: Shot, directory: Path) -> Path:
-    app = make_app(dsn, read_only=shot.read_only)
+    app = make_app(dsn, read_only=shot.read_only, context=shot.context)
     path = directory / f"{shot.name}.svg"
-    async with app.run_test(size=shot.size) as pilot:
-        await play(pilot, shot)
-        app.save_screenshot(filename=path.name, path=str(directory))
+    with picture_contexts(dsn) if shot.contexts else nullcontext():
+        async with app.run_test(size=shot.size) as pilot:
+            await play(pilot, shot)
+            app.save_screenshot(filename=path.name, path=str(directory))
     return path

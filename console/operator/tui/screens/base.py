@@ -147,9 +147,15 @@ class PollingScreen(Screen[None]):
     def _fetch_in_thread(self, generation: int, request: Any) -> tuple[int, Any]:
         # the thread gets what to read as a value taken on the UI thread, and hands back what it read:
         # it never writes the screen's state (Textual's workers: widgets are the UI thread's alone)
+        return generation, self.read_data(request)
+
+    def read_data(self, request: Any) -> Any:
+        """What one fetch reads, on the worker's thread: `load` (or `load_request`) on the session's
+        read connection. A screen that reads elsewhere (every context, not this console's database)
+        overrides this, and still polls, refreshes and reports its freshness as every screen does."""
         if request is None:
-            return generation, self.leasectl.session.read(self.load)
-        return generation, self.leasectl.session.read(lambda conn: self.load_request(conn, request))
+            return self.leasectl.session.read(self.load)
+        return self.leasectl.session.read(lambda conn: self.load_request(conn, request))
 
     def invalidate(self) -> None:
         """What this screen loads (its filter, its page) has changed: a fetch in flight is stale and

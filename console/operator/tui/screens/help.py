@@ -124,13 +124,22 @@ class HelpScreen(ModalScreen[None]):
         text = Text()
         if self.session is None:
             return text
+        context = self.session.context
+        if context is not None:
+            text.append("Context ", style="bold")
+            text.append(sanitize(context.name, max_chars=64), style="bold")
+            text.append(" (ctrl+o switches): ", style="dim")
         text.append("Connected to ", style="bold")
         text.append(sanitize(self.session.shown_dsn or masked_dsn(self.session.dsn)
                              or "(libpq defaults: PG* variables, service files)", max_chars=300))
         text.append(f" as {sanitize(self.session.operator, max_chars=60)}")
         if self.session.read_only_reason:
             text.append(f" — READ-ONLY ({sanitize(self.session.read_only_reason)})", style="bold yellow")
-        text.append("\nanother terminal: leasectl --dsn '<that>' (or the CLI with --dsn)\n", style="dim")
+        if context is not None and not self.session.dsn_overridden:
+            text.append(f"\nanother terminal: leasectl --context {sanitize(context.name, max_chars=64)} "
+                        "(the CLI too)\n", style="dim")
+        else:
+            text.append("\nanother terminal: leasectl --dsn '<that>' (or the CLI with --dsn)\n", style="dim")
         return text
 
     def _legend(self) -> tuple[str, dict[str, str]]:

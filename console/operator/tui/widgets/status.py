@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from console.operator.present.contexts import context_badge
 from console.operator.tui.state import ConsoleApp, Freshness, trouble_banner
 from console.shared.text import format_seconds, sanitize
 
@@ -51,10 +52,11 @@ class _WatchesFreshness(Static):
 
 
 class StatusBar(_WatchesFreshness):
-    """`leasectl 1 Triage > call 1a2b3c4d  data 1s old (live)  db time 02:13:07  read-write  dana@prod`.
+    """`prod-eu 1 Triage > call 1a2b3c4d  data 1s old (live)  db time 02:13:07  read-write  dana@leasectl`.
 
-    Freshness comes first: on a narrow terminal the end of the line is what gives way, so the
-    operator never loses the one thing that says whether the screen can be trusted."""
+    The context comes first, always (`no context: host/db` without one; a production context in
+    its colour, as k9s does), then freshness: on a narrow terminal the end of the line is what
+    gives way, so the operator never loses where the console is nor whether it can be trusted."""
 
     DEFAULT_CSS = """
     StatusBar {
@@ -84,7 +86,9 @@ class StatusBar(_WatchesFreshness):
         db_time = f.db_time(now)
         session = app.session
         line = Text(no_wrap=True, overflow="ellipsis")
-        line.append("leasectl ", style="bold")
+        line.append_text(context_badge(session.context, session.shown_dsn or session.dsn,
+                                       overridden=session.dsn_overridden))
+        line.append(" ")
         line.append(self.breadcrumb(), style="bold cyan")
         line.append("  data ")
         if age is None:
