@@ -11,8 +11,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from console.core.models import DbInfo
-from console.db.connect import Conn, run, set_display_clock
+from console.db.connect import Conn, run, run_one, set_display_clock
 from console.db.lane import Lane
 from console.db.migrate import check_compatible
 from console.db.pooler import Pooler, can_listen
@@ -39,6 +41,14 @@ def _subscribe(conn: Conn) -> None:
     run(conn, "meta/listen_fleet")  # shutdowns, agents' states, grants
 
 
+class ReplicaState(BaseModel):
+    """meta/replica_lag.sql's answer: whether reads come from a replica, and how far behind it is."""
+
+    replica: bool
+    caught_up: bool
+    lag_seconds: float | None = None
+
+
 class SessionRetired(LeasectlError):
     """The console has left this session's database (another context was chosen): it connects no more."""
 
@@ -54,8 +64,12 @@ class ConsoleSession:
                  shown_dsn: str | None = None, context: Context | None = None,
                  overrides: Overrides | None = None, read_only_because: str | None = None,
                  known_contexts: Callable[[], dict[str, Context]] = load_contexts,
-                 first: ConsoleSession | None = None) -> None:
+                 first: ConsoleSession | None = None, read_dsn: str | None = None) -> None:
         self.dsn = dsn
+        # a replica for the reads (the context's read_dsn); actions, their guards and LISTEN stay
+        # on dsn, the primary: a stale read can only get an action refused by its guard
+        self.read_dsn = read_dsn
+        self.replica: ReplicaState | None = None
         self.shown_dsn = shown_dsn  # what `?` shows instead of the DSN (the pictures pin it)
         self.operator = operator
         self.context = context
@@ -80,7 +94,7 @@ class ConsoleSession:
         read_only = self.read_only_requested
         # three connections, so that a slow read never holds up an action, and LISTEN has one
         # of its own; reads show the database's clock as the pictures pin it, when asked
-        self.read_lane = Lane(dsn, limits=limits, read_only=read_only, setup=self._display_clock)
+        self.read_lane = Lane(read_dsn or dsn, limits=limits, read_only=read_only, setup=self._display_clock)
         self.action_lane = Lane(dsn, limits=limits, read_only=read_only, setup=self._still_current)
         self.listen_lane = Lane(dsn, limits=limits, application_name="leasectl-listen", setup=self._subscribe)
 
@@ -105,7 +119,7 @@ class ConsoleSession:
         settled = settle(context, self.overrides.model_copy(update={"dsn": dsn}))
         return ConsoleSession(settled.dsn, operator=settled.operator, read_only_because=settled.read_only_reason,
                               clock=self.clock, limits=self.limits, context=context, overrides=self.overrides,
-                              known_contexts=self.known_contexts, first=self,
+                              known_contexts=self.known_contexts, first=self, read_dsn=settled.read_dsn,
                               label=self.first_label if first else None,
                               shown_dsn=self.first_shown_dsn if first else None)
 
@@ -130,7 +144,12 @@ class ConsoleSession:
         _subscribe(conn)
 
     def open(self) -> DbInfo:
-        """Connect, check the schema, and learn whether this session may act at all."""
+        """Connect, check the schema, and learn whether this session may act at all (on the primary:
+        a replica's sessions are read-only whoever asks)."""
+        if self.read_dsn:
+            info = self.action_lane.read(self._load_info)
+            self.read(check_compatible)  # the replica holds the same schema
+            return info
         return self.read(self._load_info)
 
     def _load_info(self, conn: Conn) -> DbInfo:
@@ -158,8 +177,18 @@ class ConsoleSession:
         return self.info.database if self.info else "?"
 
     def read(self, fn: Callable[[Conn], T]) -> T:
-        """Run a read (fn must change nothing: it may run twice, Lane.read says when)."""
-        return self.read_lane.read(fn)
+        """Run a read (fn must change nothing: it may run twice, Lane.read says when). On a replica,
+        how far behind it is comes with every read (the header shows it)."""
+        if not self.read_dsn:
+            return self.read_lane.read(fn)
+
+        def and_lag(conn: Conn) -> T:
+            answer = fn(conn)
+            row = run_one(conn, "meta/replica_lag")
+            self.replica = ReplicaState.model_validate(row) if row else None
+            return answer
+
+        return self.read_lane.read(and_lag)
 
     def act(self, fn: Callable[[Conn], T]) -> T:
         """Run an action, never sent twice (Lane.act says how)."""

@@ -192,6 +192,9 @@ class Settled(BaseModel):
     context: Context | None
     dsn: str
     dsn_from: Literal["--dsn", "context", "environment"]
+    # the context's replica, for reads (lists, audit, metrics); none when --dsn chose another
+    # database, whose replica the context does not know
+    read_dsn: str | None = None
     operator: str
     read_only_reason: str | None  # None: actions are possible (as far as the command line knows)
 
@@ -224,7 +227,8 @@ def settle(context: Context | None, overrides: Overrides | None = None) -> Settl
     else:
         dsn, came = resolve_dsn(None), "environment"
     operator = overrides.operator or (context.operator if context else None) or default_operator()
-    return Settled(context=context, dsn=dsn, dsn_from=came, operator=operator,
+    read_dsn = context.read_dsn if context is not None and came == "context" else None
+    return Settled(context=context, dsn=dsn, dsn_from=came, read_dsn=read_dsn, operator=operator,
                    read_only_reason=read_only_reason(context, overrides))
 
 

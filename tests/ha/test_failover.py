@@ -25,8 +25,10 @@ import psycopg
 import pytest
 
 from console.control.supervisor import Supervisor
+from console.db import reads
 from console.db.connect import connect
 from console.db.migrate import migrate
+from console.db.session import ConsoleSession
 from console.operator.doctor import diagnose
 from console.worker import CallContext, Worker
 from tests import helpers as h
@@ -178,6 +180,17 @@ def test_a_fleet_keeps_every_acknowledged_completion_through_a_switchover_and_a_
     h.wait_until(lambda: "synchronous replication" in {c.name: c for c in diagnose(dsn)}["replication"].detail,
                  timeout=30, interval=0.5, what="doctor to see the synchronous standby")
     standby = killed
+    # a console whose context reads from the standby (read_dsn): its pages come from there, with
+    # how far behind it is, and its actions still go to the primary
+    session = ConsoleSession(dsn, operator="dana", read_dsn=cluster.node_dsn(standby, "leasectl"))
+    try:
+        assert not session.open().session_read_only
+        counted = session.read(lambda conn: reads.triage(conn).counts)
+        assert counted is not None and session.replica is not None and session.replica.replica
+        assert session.replica.caught_up or (session.replica.lag_seconds or 0) < 30, session.replica
+        assert session.act(lambda conn: conn.execute("select pg_is_in_recovery() as r").fetchone()["r"]) is False
+    finally:
+        session.close()
     on_standby = {c.name: c for c in diagnose(cluster.node_dsn(standby, "leasectl"))}
     assert on_standby["replication"].status == "warn" and "standby" in on_standby["replication"].detail
 

@@ -31,6 +31,7 @@ from console.operator.cli.common import (
     err,
     friendly,
     operator_option,
+    read_dsn_option,
     read_only_option,
     read_only_why,
     set_before,
@@ -105,7 +106,7 @@ def _run_console(poll: float | None) -> None:
 
     session = ConsoleSession(dsn_option(None), operator=operator_option(None), read_only=read_only_option(),
                              read_only_because=read_only_why(), context=chosen_context(),
-                             overrides=command_line_overrides())
+                             overrides=command_line_overrides(), read_dsn=read_dsn_option(None))
     LeasectlApp(session, poll_seconds=poll or 2.0).run()
 
 

@@ -34,6 +34,7 @@ from console.operator.cli.common import (
     friendly,
     out,
     print_json,
+    read_dsn_option,
 )
 from console.operator.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
 from console.operator.present import audit as words
@@ -56,8 +57,10 @@ UntilOption = Annotated[str | None, typer.Option("--until", help=f"Up to this ti
 def connect_for_audit(dsn: str | None) -> Conn:
     """A reading session with the auditor's limits (0002 gives leasectl_auditor the same), read-only
     in the database, and as leasectl_auditor whenever the login is a member: a NOINHERIT member has
-    the role's privileges only once it takes the role. The audit commands only read."""
-    return open_session(dsn_option(dsn), read_only=True, limits=AUDIT_LIMITS, check_schema=True)
+    the role's privileges only once it takes the role. The audit commands only read: on the context's
+    replica (read_dsn) when it has one."""
+    return open_session(read_dsn_option(dsn) or dsn_option(dsn), read_only=True, limits=AUDIT_LIMITS,
+                        check_schema=True)
 
 
 def _time(conn: Conn, text: str | None, what: str) -> Instant | None:

@@ -225,15 +225,24 @@ def refuse_if_read_only(what: str) -> None:
         raise ReadOnlySession(f"refused: {cause}, and {what} changes data. Nothing was sent to the database.")
 
 
-def connect_for_reading(dsn: str | None) -> Conn:
+def read_dsn_option(late: str | None) -> str | None:
+    """The replica reads go to: the context's read_dsn, unless --dsn chose another database."""
+    return settle(chosen_context(), Overrides(dsn=_merge("--dsn", before().dsn, late))).read_dsn
+
+
+def connect_for_reading(dsn: str | None, *, replica: bool = True) -> Conn:
     """A connection with leasectl's limits on a compatible schema; read-only in the database
-    (and as leasectl_auditor where the role may) when --read-only was given."""
-    return open_session(dsn_option(dsn), read_only=read_only_option(), check_schema=True)
+    (and as leasectl_auditor where the role may) when --read-only was given. On the context's
+    replica (read_dsn) when it has one, unless `replica` is False: a read an action builds on, or
+    a check that the primary answers, goes to the primary (a stale read there would only get the
+    action refused by its guard, but it need not)."""
+    where = (read_dsn_option(dsn) if replica else None) or dsn_option(dsn)
+    return open_session(where, read_only=read_only_option(), check_schema=True)
 
 
 def connect_for_acting(dsn: str | None, what: str) -> Conn:
     refuse_if_read_only(what)
-    return connect_for_reading(dsn)
+    return connect_for_reading(dsn, replica=False)
 
 
 def confirm(question: str) -> None:

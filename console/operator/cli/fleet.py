@@ -218,7 +218,7 @@ def supervise(
         for line in report.failures:
             err.print(f"[yellow]will retry:[/] {escape(sanitize(line))}")
 
-    with connect_for_reading(dsn):  # fail fast, with the usual message, on a wrong DSN or an old schema
+    with connect_for_reading(dsn, replica=False):  # fail fast, with the usual message, on a wrong DSN or an old schema
         pass
     supervisor = Supervisor(dsn_option(dsn), supervisor_id=supervisor_id, interval=interval,
                             sweep_interval=sweep_interval, on_report=show,

@@ -165,3 +165,17 @@ def switched_words(context: Context | None, dsn: str, operator: str, read_only_r
     may = f"read-only ({read_only_reason})" if read_only_reason else "read-write as far as the database allows"
     return (f"Now on {where_words(context, dsn)}, as {sanitize(operator, max_chars=60)}: {may}. "
             "Every screen was made anew on it.")
+
+
+# a replica this far behind is worth a second look before acting on what it shows
+REPLICA_LAG_WARN_SECONDS = 5.0
+
+
+def replica_note(replica: bool, caught_up: bool, lag_seconds: float | None) -> tuple[str, str]:
+    """The header's word on reads from a replica (read_dsn), and its style."""
+    if not replica:
+        return "reads: read_dsn is not a replica", "bold yellow"
+    if caught_up or lag_seconds is None:
+        return "replica caught up", "green"
+    style = "bold red" if lag_seconds >= REPLICA_LAG_WARN_SECONDS else "yellow"
+    return f"replica {lag_seconds:.1f}s behind", style

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from console.operator.present.contexts import context_badge
+from console.operator.present.contexts import context_badge, replica_note
 from console.operator.tui.state import ConsoleApp, Freshness, trouble_banner
 from console.shared.text import format_seconds, sanitize
 
@@ -103,6 +103,11 @@ class StatusBar(_WatchesFreshness):
                         style="bold red")
         else:
             line.append("○ polling", style="yellow")
+        if session.read_dsn and session.replica is not None:  # reads from the context's replica
+            words, style = replica_note(session.replica.replica, session.replica.caught_up,
+                                        session.replica.lag_seconds)
+            line.append("  ")
+            line.append(words, style=style)
         line.append("  db time ")
         line.append(db_time.strftime("%H:%M:%S") if db_time else "--:--:--", style="bold")
         line.append("  ")
