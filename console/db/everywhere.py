@@ -18,16 +18,14 @@ The rules of the answer (partial, all-clear) are console.core.everywhere's.
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import psycopg
 
 from console.core.everywhere import AllTriage, ContextTriage, ReadFrom, unanswered
 from console.db import reads
 from console.db.connect import Conn, run, translate_error
+from console.db.fanout import ask_all
 from console.db.lane import open_session
 from console.shared.config import SessionLimits
 from console.shared.contexts import Context
@@ -88,32 +86,13 @@ def triage_everywhere(contexts: Iterable[Context], *, timeout: float = DEFAULT_T
                       clock: str | None = None, poll: Poll | None = None) -> AllTriage:
     """Every context's Triage, asked at once; back within `timeout` seconds (and a few
     milliseconds), whatever the contexts do. `poll` replaces how one context is asked (tests)."""
-    chosen = list(contexts)
+    chosen = {context.name: context for context in contexts}
     ask: Poll = poll or (lambda context, seconds: triage_context(context, seconds, clock=clock))
-    answers: dict[str, ContextTriage] = {}
-    arrived = threading.Condition()
 
-    def one(context: Context) -> None:
-        try:
-            answer = ask(context, timeout)
-        except BaseException as exc:  # noqa: BLE001 - a poll that raised still leaves its context unknown
-            answer = unanswered(context.name, sanitize(f"{type(exc).__name__}: {exc}", max_chars=400),
-                                read_from=read_from(context), production=context.production)
-        with arrived:
-            answers.setdefault(context.name, answer)  # an answer after the time is up is dropped
-            arrived.notify_all()
+    def unanswered_one(name: str, context: Context, error: BaseException | None) -> ContextTriage:
+        why = no_answer_within(timeout) if error is None else sanitize(f"{type(error).__name__}: {error}",
+                                                                      max_chars=400)
+        return unanswered(name, why, read_from=read_from(context), production=context.production)
 
-    deadline = time.monotonic() + timeout
-    for context in chosen:
-        threading.Thread(target=one, args=(context,), name=f"triage:{context.name}", daemon=True).start()
-    with arrived:
-        while len(answers) < len(chosen):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            arrived.wait(left)
-        for context in chosen:
-            answers.setdefault(context.name, unanswered(context.name, no_answer_within(timeout),
-                                                        read_from=read_from(context), production=context.production))
-        final: dict[str, Any] = dict(answers)
-    return AllTriage(contexts=[final[c.name] for c in chosen], timeout_seconds=timeout)
+    final = ask_all(chosen, lambda _name, context: ask(context, timeout), timeout, unanswered_one)
+    return AllTriage(contexts=[final[name] for name in chosen], timeout_seconds=timeout)

@@ -5,11 +5,11 @@ resolve) costs its deadline and never holds up the answers of the others."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 
 from console.db.connect import connect, ping
+from console.db.fanout import ask_all
 from console.shared.config import SessionLimits
 from console.shared.contexts import Answer
 from console.shared.dsn import mask_secrets
@@ -44,40 +44,17 @@ def probe(dsn: str, timeout: int = PROBE_SECONDS) -> Answer:
 
 def probe_all(dsns: Mapping[str, str], timeout: int = PROBE_SECONDS,
               on_answer: Callable[[str, Answer], None] | None = None) -> dict[str, Answer]:
-    """Every DSN asked at once, each on its own thread; what has not answered `timeout` + 1 s
-    later is down ("no answer within 3 s"): libpq's connect_timeout is per address, and a name
-    with several addresses could take longer. `on_answer(name, answer)` hears each as it comes
-    (the console's picker fills its rows one by one); the threads are daemons, so one still
-    hanging never keeps the process alive."""
-    answers: dict[str, Answer] = {}
-    lock = threading.Lock()
+    """Every DSN asked at once (console.db.fanout); what has not answered `timeout` + 1 s later is
+    down ("no answer within 3 s"): libpq's connect_timeout is per address, and a name with several
+    addresses could take longer. `on_answer(name, answer)` hears each as it comes (the console's
+    picker fills its rows one by one)."""
 
-    def ask(name: str, dsn: str) -> None:
-        answer = probe(dsn, timeout)
-        with lock:
-            if name in answers:  # the deadline has already spoken for it
-                return
-            answers[name] = answer
-        if on_answer is not None:
-            on_answer(name, answer)
+    def unanswered(_name: str, dsn: str, error: BaseException | None) -> Answer:
+        if error is None:
+            return Answer(answers=False, error=f"no answer within {timeout} s")
+        return Answer(answers=False, error=brief(mask_secrets(str(error) or type(error).__name__, dsn)))
 
-    threads = [threading.Thread(target=ask, args=(name, dsn), name=f"probe-{name}", daemon=True)
-               for name, dsn in dsns.items()]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout + 1
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    late: list[tuple[str, Answer]] = []
-    with lock:
-        for name in dsns:
-            if name not in answers:
-                answers[name] = Answer(answers=False, error=f"no answer within {timeout} s")
-                late.append((name, answers[name]))
-    for name, answer in late:
-        if on_answer is not None:
-            on_answer(name, answer)
-    return {name: answers[name] for name in dsns}
+    return ask_all(dsns, lambda _name, dsn: probe(dsn, timeout), timeout + 1, unanswered, on_answer)
 
 
 __all__ = ["PROBE_SECONDS", "Answer", "brief", "probe", "probe_all"]

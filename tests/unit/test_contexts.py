@@ -32,6 +32,7 @@ STAGING = "postgresql://sam:hunter22@127.0.0.1:1/leasectl_staging"
 PROD = "postgresql://oncall:s3cr3t-pw@127.0.0.1:2/leasectl"
 GIVEN = "postgresql://127.0.0.1:3/given"
 FROM_ENV = "postgresql://127.0.0.1:4/from_env"
+PROD_REPLICA = PROD.replace(":2/", ":5/")  # prod-eu's read_dsn: its lists read there
 
 CONTEXTS = f"""
 [contexts.staging]
@@ -40,7 +41,7 @@ operator = "sam"
 
 [contexts.prod-eu]
 dsn = "{PROD}"
-read_dsn = "{PROD.replace(':2/', ':5/')}"
+read_dsn = "{PROD_REPLICA}"
 production = true
 read_only = true
 colour = "magenta"
@@ -80,7 +81,7 @@ def leasectl() -> Iterator[object]:
 
 def port_tried(result) -> str:
     """Which of the DSNs above a command tried to reach (libpq names the port it could not reach)."""
-    for dsn in (STAGING, PROD, GIVEN, FROM_ENV):
+    for dsn in (STAGING, PROD, GIVEN, FROM_ENV, PROD_REPLICA):
         port = dsn.split("127.0.0.1:")[1].split("/")[0]
         if f'port {port} failed' in result.output:
             return dsn
@@ -163,8 +164,8 @@ def test_the_context_dsn_and_the_dsn_that_beats_it(home, leasectl):
     assert port_tried(leasectl("--context", "staging", "jobs", "--dsn", GIVEN)) == GIVEN
     assert port_tried(leasectl("--context", "staging", "--dsn", GIVEN, "jobs")) == GIVEN
     assert port_tried(leasectl("--context", "staging", "jobs", env={"LEASECTL_DSN": FROM_ENV})) == STAGING
-    assert port_tried(leasectl("--context", "prod-eu", "jobs", env={"LEASECTL_CONTEXT": "staging"})) == PROD, \
-        "--context beats LEASECTL_CONTEXT"
+    assert port_tried(leasectl("--context", "prod-eu", "jobs", env={"LEASECTL_CONTEXT": "staging"})) == PROD_REPLICA, \
+        "--context beats LEASECTL_CONTEXT (and a list reads from its replica)"
     result = leasectl("--context", "staging", "jobs")
     assert "hunter22" not in result.output, "a context's password is never printed"
 
@@ -176,7 +177,7 @@ def test_a_read_only_context_refuses_every_action_before_connecting(home, leasec
     undo = leasectl("--context", "prod-eu", "--no-read-only", "cancel", "1a2b3c4d", "--reason", "r")
     assert undo.exit_code == 2, "there is no option that turns a read-only context read-write"
     readable = leasectl("--context", "prod-eu", "jobs")
-    assert port_tried(readable) == PROD, "reads still go to it"
+    assert port_tried(readable) == PROD_REPLICA, "reads still go to it (to its replica, read_dsn)"
 
 
 def test_contexts_lists_without_a_database(home, leasectl):
