@@ -273,3 +273,12 @@ def test_a_server_that_never_answers_costs_its_deadline_only():
     assert not answers["hung"].answers and answers["hung"].error
     assert ("timeout" in answers["hung"].error) or ("no answer within" in answers["hung"].error)
     assert answers["refused"].error == "Connection refused"
+
+
+def test_a_context_that_does_not_answer_points_at_its_own_entry(home, leasectl):
+    down = leasectl("--context", "staging", "jobs")
+    assert down.exit_code == 1 and "context staging: check its dsn in" in down.output, down.output
+    replica = leasectl("--context", "prod-eu", "jobs")
+    assert "context prod-eu: check its read_dsn in" in replica.output, replica.output
+    given = leasectl("--context", "staging", "--dsn", GIVEN, "jobs")
+    assert "check --dsn" in given.output and "context staging" not in given.output, given.output

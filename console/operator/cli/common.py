@@ -24,7 +24,7 @@ from rich.segment import Segment
 
 from console.db.connect import Conn, translate_error
 from console.db.lane import open_session
-from console.shared.contexts import Context, Overrides, read_only_reason, resolve_context, settle
+from console.shared.contexts import Context, Overrides, contexts_path, read_only_reason, resolve_context, settle
 from console.shared.dsn import mask_secrets
 from console.shared.errors import (
     EXIT_BAD_INPUT,
@@ -237,7 +237,21 @@ def connect_for_reading(dsn: str | None, *, replica: bool = True) -> Conn:
     a check that the primary answers, goes to the primary (a stale read there would only get the
     action refused by its guard, but it need not)."""
     where = (read_dsn_option(dsn) if replica else None) or dsn_option(dsn)
-    return open_session(where, read_only=read_only_option(), check_schema=True)
+    try:
+        return open_session(where, read_only=read_only_option(), check_schema=True)
+    except DatabaseUnavailable as exc:
+        raise _in_context(exc, where) from None
+
+
+def _in_context(exc: DatabaseUnavailable, where: str) -> DatabaseUnavailable:
+    """A database the context named does not answer: the hint points at the context's entry, not
+    at --dsn and the environment, which were not where the DSN came from."""
+    context = chosen_context()
+    if context is None or where not in (context.dsn, context.read_dsn):
+        return exc
+    key = "read_dsn" if where == context.read_dsn and where != context.dsn else "dsn"
+    return type(exc)(str(exc), hint=f"context {context.name}: check its {key} in {contexts_path()} "
+                                    "(`leasectl contexts` says which contexts answer)")
 
 
 def connect_for_acting(dsn: str | None, what: str) -> Conn:
