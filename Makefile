@@ -101,7 +101,7 @@ test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped wh
 test-fast: $(STAMP) ## every tier but the slow tests and the wheel, no lint
 	$(PYTEST) -n 4 -m "not slow and not wheel and not ha" tests
 
-bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale ## every benchmark below
+bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale bench-history ## every benchmark below
 
 .PHONY: bench-audit bench-scale
 bench-scale: $(STAMP) ## a fleet at the size agents run
@@ -109,6 +109,11 @@ bench-scale: $(STAMP) ## a fleet at the size agents run
 
 bench-audit: $(STAMP) ## the auditor's tools over a big history
 	$(BIN)/python -m tests.bench.audit $(ARGS)
+
+.PHONY: bench-history
+bench-history: $(STAMP) ## the history partitioned by month against one table (10M events; ARGS='--events N'), and 0021's conversion of 1M
+	$(BIN)/python -m tests.bench.history $(ARGS)
+	$(BIN)/python -m tests.bench.conversion
 
 bench-protocol: $(STAMP) ## the lease protocol's throughput, against its peers and the machine's ceiling
 	$(BIN)/python -m tests.bench.protocol $(ARGS)

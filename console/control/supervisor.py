@@ -23,9 +23,10 @@ from pydantic import BaseModel
 
 from console.db.connect import Conn, run, run_one
 from console.db.lane import Lane
+from console.db.migrate import PARTITIONS_AHEAD
 from console.db.pooler import Pooler, can_listen
 from console.shared.config import SessionLimits
-from console.shared.errors import DatabaseUnavailable, LeasectlError, PermissionDenied
+from console.shared.errors import DatabaseUnavailable, LeasectlError, PermissionDenied, RowLocked
 from console.shared.text import counted
 
 log = logging.getLogger("leasectl.supervisor")
@@ -62,6 +63,7 @@ def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True,
             report.notes.append(f"sweep: {str(row['id'])[:8]} {row['state_from']} -> {row['state_to']} "
                                 f"({row['reason']})")
         _raise_lease_watch(conn, report)
+    _ensure_event_partitions(conn, report)
     for active in run(conn, "supervisor/shutdowns_active"):
         try:
             advance(conn, active["id"], supervisor_id=supervisor_id, report=report)
@@ -82,6 +84,20 @@ def _raise_lease_watch(conn: Conn, report: TickReport) -> None:
         run(conn, "supervisor/raise_lease_watch")
     except PermissionDenied as exc:
         report.failures.append(f"lease watch not raised: {exc}")
+
+
+def _ensure_event_partitions(conn: Conn, report: TickReport) -> None:
+    """The history's partitions for this month and the next two (migration 0021), so that no
+    month starts without one: a row whose month has none lands in job_events_default, which doctor
+    flags. Created under a one-second lock timeout: a tick that cannot have the lock tries again at
+    the next one, two months ahead of need."""
+    try:
+        created = run_one(conn, "meta/ensure_event_partitions", ahead=PARTITIONS_AHEAD)
+    except (PermissionDenied, RowLocked) as exc:
+        report.failures.append(f"history partitions not created: {exc}")
+        return
+    if created and created["created"]:
+        report.notes.append(f"history: {created['created']} monthly partition(s) created ahead")
 
 
 def _propose_for_orphans(conn: Conn, report: TickReport, supervisor_id: str) -> None:

@@ -28,7 +28,10 @@ import uuid
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
+from pydantic import Field
+
 from console.core.filters import Filter, key_list, keyed_term
+from console.core.history import ArchiveViolation, HistoryStart
 from console.core.models import Event, JobSummary, Row
 from console.core.ownership import (
     CHANGE_KINDS,
@@ -48,7 +51,7 @@ DATABASE_KINDS = ("enqueued", *CHANGE_KINDS, "side_effect_started")
 
 JournalOutcome = Literal["applied", "refused", "failed"]  # an operator journal row's outcome
 ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain", "abort", "pause", "resume", "revoke",
-                             "accept", "decline")
+                             "accept", "decline", "retention")
 OUTCOMES: tuple[str, ...] = ("applied", "refused", "failed")
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "csv")
 # the columns of `audit export`, in order (the contract); every export appends EXPORT_ADDED after them
@@ -124,6 +127,17 @@ class VerifyReport(Row):
     worker_events: int = 0
     without_login: int = 0
     unknown_logins: list[LoginCount] = []
+    # once history was archived (console/core/history.py): where the online history begins; the
+    # calls whose history begins in the archive, not replayed for want of it (--archive DIR); with
+    # --archive, the directory, the months checked against what the database registered, what was
+    # wrong with them (exit 4), and how many archived events were replayed before the online ones
+    archived_before: datetime | None = None
+    calls_not_replayed: int = 0
+    archive: str | None = None
+    archive_months_checked: list[str] = []
+    archive_violations: list[ArchiveViolation] = []
+    archived_events: int = 0
+    archive_months_online: list[str] = []  # the manifest lists them, the database still holds them: not used
 
 
 class AuditPage(Row):
@@ -136,6 +150,13 @@ class AuditPage(Row):
     actions: list[OperatorAction] = []
     problem: str | None = None  # the filter names no call (unknown or ambiguous job:): said on screen
     db_now: datetime
+    # where the online history begins (console/core/history.py), and what it meant for this page:
+    # the filter's range reaches before it (refused: nothing is shown), the call's history with job:
+    # and at: is archived in part (no answer of who held it), the rows are the online part only
+    history: HistoryStart = Field(default_factory=HistoryStart)
+    refused: str | None = None
+    owner_archived: str | None = None
+    online_part: bool = False
 
 
 class JobAsOf(JobSummary):

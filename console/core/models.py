@@ -147,8 +147,10 @@ class Job(JobSummary):
     missed_heartbeats: int | None = None
     check: Check | None = None  # None: no check was ever recorded
     # every stretch of ownership, oldest first (`leasectl show --json`: reads.job_document fills it
-    # from the one replay, console/core/ownership.py)
-    ownership: list[Stretch] = []
+    # from the one replay, console/core/ownership.py); None when part of the call's history is
+    # archived (migration 0021): never replayed from what is left (console/core/history.py)
+    ownership: list[Stretch] | None = []
+    history_archived_before: datetime | None = None  # set when the call's history before it is archived
 
 
 class PayloadPreview(Row):
@@ -213,6 +215,8 @@ class CallDetail(Row):
     job: Job | None
     events: list[Event]
     lineage: list[LineageRow]
+    # where the online history begins, when part of this call's history is archived before it
+    history_archived_before: datetime | None = None
 
 
 class ServiceCheck(Row):

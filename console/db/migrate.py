@@ -90,6 +90,11 @@ def check_compatible(conn: Conn) -> int:
     return current
 
 
+# migration 0021 partitioned job_events by month; migrate keeps this many months' partitions ahead
+PARTITIONED_HISTORY = 21
+PARTITIONS_AHEAD = 2
+
+
 def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
     """Apply pending migrations. `conn` must be in autocommit mode (each file gets a transaction)."""
     migrations = discover()
@@ -103,6 +108,9 @@ def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
     try:
         with _migration_lock(conn):
             _apply(conn, migrations, report, target)
+            if (report.version or 0) >= PARTITIONED_HISTORY:
+                # every run, pending migrations or not: the history's next months exist before they begin
+                run(conn, "meta/ensure_event_partitions", ahead=PARTITIONS_AHEAD)
     finally:
         conn.remove_notice_handler(on_notice)
     return report

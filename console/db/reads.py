@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime
 
 from console.core.filters import JobFilter, id_range
+from console.core.history import HistoryStart, call_archived
 from console.core.models import (
     ApprovalQueue,
     ApprovalRow,
@@ -78,9 +79,31 @@ def job_document(conn: Conn, job_id: uuid.UUID) -> Job | None:
         row = run_one(conn, "views/job", job_id=job_id)
         document = run_one(conn, "views/job_document", job_id=job_id)
         events = history(conn, job_id) if row else []
+        archived = archived_part(conn, row["created_at"], events) if row else None
     if not row or not document:
         return None
-    return Job.model_validate({**row, **document, "ownership": stretches(ownership(job_id, events))})
+    # a history archived in part is never replayed from what is left: no ownership, and why
+    held = None if archived else stretches(ownership(job_id, events))
+    return Job.model_validate({**row, **document, "ownership": held, "history_archived_before": archived})
+
+
+def history_and_start(conn: Conn, job_id: uuid.UUID) -> tuple[list[Event], datetime | None]:
+    """`leasectl history` and the call's detail: its online events, and where the online history
+    begins when part of the call's history is archived before it (else None), in one snapshot."""
+    with conn.transaction():
+        run(conn, "meta/snapshot")
+        events = history(conn, job_id)
+        row = run_one(conn, "views/job", job_id=job_id)
+        return events, archived_part(conn, row["created_at"] if row else None, events)
+
+
+def archived_part(conn: Conn, created_at: datetime | None, events: list[Event]) -> datetime | None:
+    """Where the online history begins, when part of this call's history is archived before it
+    (console.core.history.call_archived); None when its history is whole online."""
+    start = HistoryStart.model_validate(run_one(conn, "audit/history_start") or {})
+    if call_archived(start, created_at, events[0].kind if events else None):
+        return start.archived_before
+    return None
 
 
 PREVIEW_CHARS = 64_000
@@ -111,7 +134,9 @@ def call_detail(conn: Conn, job_id: uuid.UUID) -> CallDetail:
         found = job(conn, job_id)
         if found is None:
             return CallDetail(job=None, events=[], lineage=[])
-        return CallDetail(job=found, events=history(conn, job_id), lineage=lineage(conn, job_id))
+        events = history(conn, job_id)
+        return CallDetail(job=found, events=events, lineage=lineage(conn, job_id),
+                          history_archived_before=archived_part(conn, found.created_at, events))
 
 
 def history(conn: Conn, job_id: uuid.UUID) -> list[Event]:

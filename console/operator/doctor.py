@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import humanize
+
 from console.db.connect import Conn, Row, connect, find_pooler, run, run_one
 from console.db.migrate import applied_versions, known_version
 from console.db.pooler import pooler_of, pooler_setting
 from console.shared.errors import LeasectlError
-from console.shared.text import listed
+from console.shared.text import counted, listed
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -55,7 +57,7 @@ def diagnose(dsn: str) -> list[Check]:
         if schema.status == "fail" and "no leasectl schema" in schema.detail:
             return checks
         checks += [_triggers(conn), *_shadowing(conn), *_lock_holders(conn), *_roles(conn), *_identity(conn),
-                   *_tools(conn), *_activity(conn)]
+                   *_tools(conn), *_activity(conn), _history(conn)]
     return checks
 
 
@@ -130,6 +132,38 @@ def _replication(conn: Conn) -> Check:
                  "told about is worth this server's disk until a standby has it",
                  "Patroni: synchronous_mode: true; plain PostgreSQL: synchronous_standby_names and "
                  "synchronous_commit = on")
+
+
+def _history(conn: Conn) -> Check:
+    """The history's size, where it begins, how fast it grows, and whether its months ahead exist
+    (migration 0021). Nothing is ever dropped without `leasectl admin retention`."""
+    row = _the_row(conn, "meta/doctor_history")
+    size = humanize.naturalsize(row["bytes"], binary=True)
+    if row["first_id"] is None:
+        growth = "no event yet"
+    else:
+        days = max((row["last_at"] - row["first_at"]).total_seconds() / 86_400, 1 / 24)
+        events = row["last_id"] - row["first_id"] + 1  # ids: identity order, gaps from rolled back writes
+        per_day = events / days
+        growth = (f"~{counted(round(per_day), 'event')}/day, "
+                  f"~{humanize.naturalsize(row['bytes'] / days, binary=True)}/day")
+    begins = (f"oldest month online {row['first_at']:%Y-%m} (since {row['first_at']:%Y-%m-%d})" if row["first_at"]
+              else "empty")
+    archived = (f"; {counted(row['archived_months'], 'month')} before {row['archived_before']:%Y-%m-%d} archived "
+                "(`leasectl audit verify --archive DIR`)" if row["archived_before"] else
+                "; nothing archived: nothing is dropped without `leasectl admin retention`")
+    detail = (f"{size} online, {begins}, {growth}; partitions through "
+              f"{row['newest_partition']:%Y-%m}{archived}")
+    if not row["this_month"]:
+        return Check("history", "fail", f"this month has no partition: every event lands in job_events_default. "
+                     f"{detail}", "run `leasectl migrate` (or a supervisor), which create the months ahead")
+    if row["default_rows"] or not row["next_month"]:
+        why = ("job_events_default holds rows (their month had no partition in time)" if row["default_rows"]
+               else "next month has no partition yet")
+        return Check("history", "warn", f"{why}. {detail}",
+                     "run `leasectl migrate` or keep a supervisor running: either creates the months ahead and "
+                     "moves such rows into them")
+    return Check("history", "ok", detail)
 
 
 def _schema(conn: Conn) -> Check:

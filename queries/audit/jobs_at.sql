@@ -17,12 +17,14 @@
 --   `past_deadline` then (migration 0014).
 --   Filters: tool, agent, key_prefix, id, model, provider, side_effect, chain, parent, session,
 --   trace_prefix, priority select calls by what never changes; state, owner and health apply to the
---   rebuilt call (as it was at T).
+--   rebuilt call (as it was at T). created_from (null: every call): only the calls created at or
+--   after it -- once history was archived, the calls created before the online history begins are
+--   left out (their events are archived; console/core/history.py says when that is allowed).
 -- Zero rows: no call existed at that instant, or none matches.
 -- Parameters: at, tool, agent, key_prefix, id_low, id_high, model, provider, side_effect, chain_low,
 --   chain_high, parent_low, parent_high, session, trace_prefix, priority, state, owner, health,
---   before_created, before_id, limit
--- Optional: chain_low, chain_high, parent_low, parent_high, session, trace_prefix, priority
+--   before_created, before_id, limit, created_from
+-- Optional: chain_low, chain_high, parent_low, parent_high, session, trace_prefix, priority, created_from
 with clock as materialized (
     select :at::timestamptz as t, leasectl_json_time(:at::timestamptz) as t_json
 ),
@@ -44,6 +46,7 @@ page as materialized (
            j.parent_id, j.chain_id, j.stage, j.priority, j.accepted_at, j.trace_id
     from tool_jobs j
     where j.created_at <= :at::timestamptz  -- the instant itself, not the CTE: an index condition
+      and (:created_from::timestamptz is null or j.created_at >= :created_from::timestamptz)
       and (:tool::text is null or j.tool = :tool::text)
       and (:agent::text is null or j.agent_id = :agent::text)
       and (:key_prefix::text is null

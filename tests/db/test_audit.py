@@ -80,7 +80,8 @@ def test_owner_boundaries_exactly_at_the_claim_and_exactly_at_the_expiry(cli):
 
     def owner(at: datetime) -> dict:
         answer = h.js(invoke("audit", "owner", str(e["id"])[:8], "--at", iso(at), "--json"))
-        assert list(answer) == OWNER_KEYS, "exactly the contract's keys, in order"
+        assert list(answer) == [*OWNER_KEYS, "archived_before"], "the contract's keys, in order, then archived_before"
+        assert answer["archived_before"] is None, "nothing archived"
         return answer
 
     at_claim = owner(claimed["at"])

@@ -190,7 +190,9 @@ def test_the_console_plans_every_run_with_its_values_and_workers_keep_generic_pl
 
     def plans(session) -> tuple[int, int]:
         row = session.execute("select sum(generic_plans)::int as g, sum(custom_plans)::int as c "
-                              "from pg_prepared_statements where statement like '%job_events%'").fetchone()
+                              "from pg_prepared_statements where statement like '%job_events%' "
+                              # where the history begins (audit/history_start.sql) has no parameter to plan for
+                              "and statement not like '%job_events_archive%'").fetchone()
         return row["g"] or 0, row["c"] or 0
 
     with connect(db.dsn) as console:

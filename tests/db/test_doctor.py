@@ -115,3 +115,24 @@ def test_a_server_without_standbys_says_what_an_acknowledged_completion_is_worth
     # the HA tier (tests/ha/test_failover.py) sees the synchronous and the standby answers
     check = by_name(diagnose(db.dsn))["replication"]
     assert check.status == "ok" and "no standby" in check.detail and "disk" in check.detail
+
+
+def test_history_says_its_size_and_start_and_flags_a_missing_month_and_rows_in_the_default(db):
+    from datetime import UTC, datetime
+
+    from tests.db.history import months_ago
+
+    checks = by_name(diagnose(db.dsn))
+    assert checks["history"].status == "ok", checks["history"]
+    assert "nothing archived" in checks["history"].detail and "partitions through" in checks["history"].detail
+    with db.connect() as conn:
+        register_tool(conn, "search")
+        conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('k', '{}', 'search')")
+        assert "events/day" in by_name(diagnose(db.dsn))["history"].detail
+        conn.execute(f"drop table job_events_{months_ago(-1):%Y_%m}")  # next month's, empty
+        assert by_name(diagnose(db.dsn))["history"].status == "warn"
+        now = datetime.now(UTC)
+        conn.execute(f"alter table job_events detach partition job_events_{now:%Y_%m}")
+        conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('k2', '{}', 'search')")
+    history = by_name(diagnose(db.dsn))["history"]
+    assert history.status == "fail" and "job_events_default" in history.detail and "migrate" in history.fix

@@ -188,7 +188,8 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         report = migrate(conn)
         assert report.applied == ["0012_trust_boundary", "0013_fleet_trust", "0014_chains", "0015_trust_third_walk",
                                   "0016_fair_share", "0017_operator_revoke",
-                                  "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch"]
+                                  "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch",
+                                  "0021_job_events_partitioned"]
         assert report.version == known_version()
         # 0020: never raised on an upgraded database, so every claim searches for expired leases
         # as the release before did, until a supervisor's sweep raises the watch
@@ -197,6 +198,10 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
 
         after = {t: [{k: v for k, v in r.items() if k in before[t][0]} for r in rows(t)] for t in before}
         assert after == before, "every row kept as it was, in the same order"
+        # 0021: the history is partitioned by month, this month's and the next two's partitions exist
+        assert conn.execute("select relkind from pg_class where oid = 'job_events'::regclass").fetchone()["relkind"] == "p"
+        assert conn.execute("select count(*) as n from pg_inherits where inhparent = 'job_events'::regclass"
+                            ).fetchone()["n"] == 4, "this month, the next two, and the default"
         # 0014: every call is a chain of one, accepted when it was made
         for call in rows("tool_jobs"):
             assert (call["chain_id"], call["stage"], call["parent_id"]) == (call["id"], 0, None)

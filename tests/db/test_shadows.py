@@ -155,6 +155,27 @@ class Refusal:
     before: tuple[str, ...] = ()  # sent first, each a statement of its own, in the attacker's session
 
 
+def _an_old_month(w: World, month: str, events: int) -> dict:
+    """A month long ended with its partition (migration 0021) and `events` events dated in it (written
+    in exact mode by the superuser): what retention's last step is asked to drop."""
+    w.admin.execute("select public.leasectl_event_partition_create(%s)", (month,))
+    w.admin.execute("set session_replication_role = replica")
+    try:
+        for _ in range(events):
+            w.admin.execute("insert into public.job_events (job_id, at, kind, actor) "
+                            "values (gen_random_uuid(), %s::timestamptz + interval '3 days', 'note', 'old')", (month,))
+    finally:
+        w.admin.execute("set session_replication_role = origin")
+    row = w.admin.execute("select count(*) as n, min(id) as first, max(id) as last from public.job_events "
+                          "where at >= %s::timestamptz and at < %s::timestamptz + interval '1 month'",
+                          (month, month)).fetchone()
+    return {"month": month, "rows": row["n"], "first": row["first"], "last": row["last"]}
+
+
+ARCHIVE_MONTH = ("select * from public.leasectl_archive_month(%(month)s, %(rows)s, %(first)s, %(last)s, "
+                 "repeat('a', 64), 'job_events.jsonl.gz', 'alice', 'retention')")
+
+
 def _queued_for_draining_agent(w: World) -> dict:
     call = w.queued("search", agent_id="code-1")
     w.draining()
@@ -450,6 +471,13 @@ REFUSALS = [
             "select * from public.leasectl_request_shutdown('planner-1', 'drain', 'alice', 'nan', 'NaN')", "23514"),
     Refusal("claim a draining agent's call by hand", A, lambda w: {**_queued_for_draining_agent(w), "who": A},
             CLAIM_AS, "LCF07"),
+    # ---- retention's last step (0021): only what was archived, counted, of a month that ended
+    Refusal("drop a month that has no partition (owner)", OWNER,
+            lambda w: {"month": "2001-01-01", "rows": 0, "first": None, "last": None}, ARCHIVE_MONTH, "LCR03"),
+    Refusal("drop a month that is not what was archived (owner)", OWNER,
+            lambda w: {**_an_old_month(w, "2001-02-01", 1), "rows": 10_000}, ARCHIVE_MONTH, "LCR01"),
+    Refusal("drop a month the metric rollup has not counted (owner)", OWNER,
+            lambda w: _an_old_month(w, "2001-03-01", 1), ARCHIVE_MONTH, "LCR02"),
     # ---- privileges
     Refusal("the auditor writes", AUDITOR, lambda w: w.queued(),
             "update public.tool_jobs set state = 'failed' where id = %(id)s", "42501"),

@@ -1,9 +1,10 @@
-"""The schema, doctor, the demo and the pictures."""
+"""The schema, doctor, the demo and the pictures; `admin retention`, the history's retention."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -20,11 +21,13 @@ from console.operator.cli.common import (
     before,
     chosen_context,
     command_line_overrides,
+    confirm,
     dsn_option,
     err,
     friendly,
     operator_option,
     out,
+    print_json,
     read_only_option,
     read_only_why,
     refuse_if_read_only,
@@ -32,6 +35,11 @@ from console.operator.cli.common import (
 from console.operator.doctor import diagnose
 from console.shared.errors import BadInput
 from console.shared.text import counted, sanitize
+from console.shared.times import parse_duration
+
+admin_app = typer.Typer(name="admin", no_args_is_help=True, add_completion=False,
+                        help="The schema owner's tasks: the history's retention.")
+app.add_typer(admin_app, name="admin")
 
 
 @app.command()
@@ -134,3 +142,56 @@ def screenshots(
         for shot in SHOTS:
             path = asyncio.run(capture(dsn, shot, directory))
             out.print(f"{escape(str(path))}  [dim]{escape(shot.title)}[/]")
+
+
+@admin_app.command("retention")
+@friendly
+def retention_command(
+    keep: Annotated[str, typer.Option("--keep", help="Keep this much history online (90d, 2160h); every whole "
+                                                     "month that ended before it is archived and dropped",
+                                      show_default=False)],
+    archive: Annotated[str, typer.Option("--archive", help="Directory for the archive files and manifest.json "
+                                                           "(created if missing)", show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", help="Archive and drop without asking")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (journaled with your name)",
+                                               show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    dsn: DsnOption = None,
+    operator: OperatorOption = None,
+) -> None:
+    """Archive every whole month of the history older than --keep, verify it, then drop it.
+
+    Each month is written to DIR/job_events-YYYY-MM.jsonl.gz (the rows of `audit export`), read
+    back and held against the database (rows, first and last id) before its manifest entry (with
+    the file's sha256) is written; only then is its partition dropped, journaled as yours. Killed
+    at any point, a month is still in the database or in a verified archive, never neither; run
+    again, it goes on where it stopped. Needs the schema owner's login (as migrate does)."""
+    from console.db import retention as retention_db
+    from console.operator.archive import ArchiveDir, file_name
+    from console.operator.present.retention import month_line, plan_table, summary
+    from console.operator.retention import RETENTION_LIMITS, RetentionReport, archive_in, check_may_archive, plan
+
+    refuse_if_read_only("admin retention")
+    keep_for = timedelta(seconds=parse_duration(keep, what="--keep"))
+    name = operator_option(operator)
+    target = ArchiveDir.for_writing(archive)
+    with connect(dsn_option(dsn), limits=RETENTION_LIMITS) as conn:
+        check_may_archive(conn)
+        cutoff, months = plan(conn, keep_for)
+        if not months and not retention_db.adopt_default_rows(conn, cutoff):
+            report = RetentionReport(cutoff=cutoff, archive=str(target.path))
+            if as_json:
+                print_json(report.record())
+            else:
+                err.print(f"nothing to archive: no whole month of the history ended before {cutoff:%Y-%m-%d %H:%M} UTC")
+            return
+        if not as_json:
+            out.print(plan_table(months, [file_name(m.month) for m in months], target.path, cutoff))
+        if not yes:
+            confirm(f"Archive {counted(len(months), 'month')} to {target.path} and drop them from the database?")
+        report = archive_in(conn, keep_for, target, operator=name, reason=reason,
+                            on_month=None if as_json else lambda m: out.print(month_line(m)))
+    if as_json:
+        print_json(report.record())
+    else:
+        err.print(summary(report))

@@ -2,7 +2,12 @@
 leasectl_auditor and under --read-only. TIME is ISO 8601 (without an offset: local time, and the
 output says which zone it used) or an age (`90s`, `15m`, `2h`, `3d`: that long before the
 database's clock). Exit codes as elsewhere (0 done, 1 anything else, 2 bad input), plus 4 when
-`audit verify` finds a violation."""
+`audit verify` finds a violation.
+
+Once retention archived months of the history, every answer here keeps to console/core/history.py:
+an answer that rests on archived events is refused (exit 1; with --json a JSON object with
+`archived: true`, `archived_before` and `error`), and an answer given with no start covers the
+online history only and says so on stderr."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import os
 import signal
 import sys
 import threading
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -19,11 +25,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from console.core.audit import ACTIONS, AUDIT_LIMITS, EXPORT_FORMATS, FLEET_EXPORT_KEYS, OUTCOMES
 from console.core.filters import JobFilter
+from console.core.history import Archived, HistoryStart, json_time
 from console.core.models import JobSummary
 from console.db import audit as audit_db
 from console.db import reads
 from console.db.connect import Conn
 from console.db.lane import open_session
+from console.operator import archive_history
 from console.operator.cli.common import (
     DsnOption,
     JobArgument,
@@ -83,6 +91,28 @@ def _job(conn: Conn, job: str | None) -> Any:
     return reads.resolve(conn, job) if job is not None else None
 
 
+@contextmanager
+def _archived(as_json: bool, *, answer_on_stdout: bool = False) -> Iterator[None]:
+    """An answer that rests on archived history (console.core.history.Archived): with --json the
+    refusal as a JSON object on stdout, then the message on stderr (friendly); `answer_on_stdout`:
+    the words on stdout instead (`audit owner`, whose answer it is). Exit 1 either way."""
+    try:
+        yield
+    except Archived as exc:
+        if as_json:
+            print_json(exc.record())
+        elif answer_on_stdout:
+            out.print(words.archived_answer(exc))
+            raise typer.Exit(exc.exit_code) from None
+        raise
+
+
+def _online_part(start: HistoryStart, online_part: bool) -> None:
+    """An answer given with no start once history was archived says what it covers (stderr)."""
+    if online_part:
+        err.print(f"[yellow]{words.online_part_note(start)}[/]")
+
+
 def _zone_note(*instants: Instant | None) -> None:
     """Say which zone a time without an offset was read in (the output's times are UTC)."""
     for i in instants:
@@ -105,16 +135,19 @@ def owner_command(
 
     With which token, from when until when, and how it ended. A renewal is not an ownership change;
     a lease that ran out is not held after it ran out; exactly at the claim it is held, exactly at
-    the expiry it is not."""
+    the expiry it is not. When the call's history begins in the archive (retention removed its first
+    events), the answer is "archived", never one from the rest of it (exit 1); --json carries
+    archived_before (null when nothing was archived) in every answer."""
     with connect_for_audit(dsn) as conn:
         job_id = reads.resolve(conn, job)
         instant = parse_past(at, now=audit_db.now(conn), what="--at")
-        answer = audit_db.owner(conn, job_id, instant)
+        with _archived(as_json, answer_on_stdout=True):
+            answer, start = audit_db.owner_answer(conn, job_id, instant)
     if as_json:
-        print_json(answer.contract())
+        print_json({**answer.contract(), "archived_before": json_time(start.archived_before)})
         return
     _zone_note(instant)
-    out.print(words.owner_group(answer))
+    out.print(words.owner_group(answer, start))
 
 
 # ----------------------------------------------------------------------------- actions
@@ -148,9 +181,11 @@ def actions_command(
         raise BadInput(f"--outcome {sanitize(outcome, max_chars=40)}: use {', '.join(OUTCOMES)}")
     with connect_for_audit(dsn) as conn:
         start, end = _range(conn, since, until)
-        rows = audit_db.operator_actions(conn, operator=operator, job_id=_job(conn, job), agent=agent, action=action,
-                                         outcome=outcome, since=start.at if start else None,
-                                         until=end.at if end else None, limit=limit)
+        with _archived(as_json):
+            history, online_part, rows = audit_db.actions_answer(
+                conn, operator=operator, job_id=_job(conn, job), agent=agent, action=action, outcome=outcome,
+                since=start.at if start else None, until=end.at if end else None, limit=limit)
+    _online_part(history, online_part)
     if as_json:
         print_json([r.record() for r in rows])
         return
@@ -270,8 +305,12 @@ def export_command(
         start, end = _range(conn, since, until)
         arguments: dict[str, Any] = dict(fmt=fmt, since=start.at if start else None, until=end.at if end else None,
                                          on_progress=progress)
-        if not fleet:
+        if not fleet:  # the fleet's journal is never archived
             arguments["job_id"] = _job(conn, job)
+            # refused before anything is opened or written; the export holds its own snapshot to it too
+            history, online_part = audit_db.range_rule(conn, arguments["since"], arguments["until"],
+                                                       job_id=arguments["job_id"])
+            _online_part(history, online_part)
         write = audit_db.export_fleet if fleet else audit_db.export
         _zone_note(start, end)
         try:
@@ -314,6 +353,10 @@ def export_command(
 @friendly
 def verify_command(
     since: SinceOption = None,
+    archive: Annotated[str | None, typer.Option("--archive", help="The directory `leasectl admin retention` "
+                                                "wrote: every archived month checked against what the database "
+                                                "registered, and replayed with the online history",
+                                                show_default=False)] = None,
     as_json: JsonOption = False,
     dsn: DsnOption = None,
 ) -> None:
@@ -322,10 +365,22 @@ def verify_command(
     Leases never overlapped (two owners at one instant), tokens never fell, a finished call finished
     once, every ownership change has its event, and no worker login wrote what only the database, an
     operator or another name may (each event's db_role against its kind). Exit 0 when all hold, 4
-    when any violation is found (each listed with the call, the events and why)."""
+    when any violation is found (each listed with the call, the events and why).
+
+    Once history was archived: with --archive DIR, every month the database registered is checked
+    against the directory (its manifest entry as registered, its file's sha256, rows and ids, each
+    row inside its month: any mismatch is a violation) and each call is replayed with its archived
+    events before its online ones. Without it, a call whose history begins in the archive is not
+    replayed (counted, never a violation)."""
     with connect_for_audit(dsn) as conn:
         start = _since(conn, since)
-        report = audit_db.verify(conn, since=start.at if start else None)
+        with _archived(as_json):
+            if archive is None:
+                report = audit_db.verify(conn, since=start.at if start else None)
+            else:
+                with archive_history.prepared(archive, audit_db.archived_months(conn)) as check:
+                    report = audit_db.verify(conn, since=start.at if start else None, archive=check.feed)
+                report = archive_history.with_archive(report, check)
     if as_json:
         print_json(report.model_dump(mode="json"))
     else:
@@ -345,24 +400,28 @@ def jobs_as_of(dsn: str | None, at: str, where: JobFilter, limit: int, *, as_jso
     table. The past is said plainly, on stderr (stdout stays the rows)."""
     with connect_for_audit(dsn) as conn:
         instant = parse_past(at, now=audit_db.now(conn), what="--at")
+        with _archived(as_json):
+            start = audit_db.past_start(conn, instant.at)
         if as_json:
-            _write_past(conn, instant, where, limit)
+            _write_past(conn, instant, where, limit, start)
             rows = None
         else:
-            rows = list[JobSummary](audit_db.jobs_at(conn, instant.at, where, limit))
+            rows = list[JobSummary](audit_db.jobs_at(conn, instant.at, where, limit, start=start))
     err.print(f"[bold]as it was at {words.instant_words(instant.at, instant.zone)}[/] — rebuilt from the history "
               "(heartbeats are not journaled: no heartbeat ages; the lease as the next event found it)")
+    if start.archived_before is not None:
+        err.print(f"[yellow]{words.past_note(start)}[/]")
     return rows
 
 
-def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int) -> None:
+def _write_past(conn: Conn, instant: Instant, where: JobFilter, limit: int, start: HistoryStart) -> None:
     """The calls at `instant` to standard output as they stream; an interrupted or cut stream says
     so and exits 1 (the list on stdout is then incomplete: its closing bracket is missing). The
     counts said are of calls written in full (BackgroundWriter.done)."""
     writer = BackgroundWriter(stdout_writer(), depth=4)  # two batches, each with its mark
     try:
         with _Signals() as signals:
-            audit_db.write_jobs_at(conn, writer, instant.at, where, limit, on_progress=writer.mark)
+            audit_db.write_jobs_at(conn, writer, instant.at, where, limit, on_progress=writer.mark, start=start)
             writer.close()
             signals.finished = True
     except KeyboardInterrupt:

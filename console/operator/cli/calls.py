@@ -128,7 +128,9 @@ def show(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -
 @friendly
 def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     """The ownership and state history of one call, with every operator action."""
-    job_id, events = _of_one_call(job, dsn, reads.history)
+    job_id, (events, archived_before) = _of_one_call(job, dsn, reads.history_and_start)
+    if archived_before is not None:  # the JSON keeps its shape: said on stderr, before the rows
+        err.print(present.archived_history_note(archived_before))
     if as_json:
         print_json([e.model_dump(mode="json") for e in events])
         return

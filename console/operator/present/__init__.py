@@ -7,6 +7,7 @@ them. Nothing here imports Textual.
 
 from console.operator.present.actions import action_message, action_verb, guard_of, shutdown_message, words_of
 from console.operator.present.calls import (
+    archived_history_note,
     call_fields,
     describe_for_confirmation,
     fields_grid,
@@ -32,6 +33,7 @@ from console.operator.present.fleet import (
 __all__ = [
     "action_message",
     "action_verb",
+    "archived_history_note",
     "call_fields",
     "describe_for_confirmation",
     "fields_grid",

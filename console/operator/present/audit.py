@@ -1,6 +1,7 @@
 """The auditor's answers put into words, for `leasectl audit` and the Audit screen alike: who held a
-call at an instant, its stretches of ownership, the operator journal, what verify found. Every
-value that came from the database passes `sanitize` (through `t` / `one_line`) on its way in."""
+call at an instant, its stretches of ownership, the operator journal, what verify found, and where
+the online history begins once months of it were archived (console/core/history.py). Every value
+that came from the database passes `sanitize` (through `t` / `one_line`) on its way in."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from datetime import datetime
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from console.core.audit import OperatorAction, VerifyReport
+from console.core.audit import AuditPage, OperatorAction, VerifyReport
+from console.core.history import ARCHIVE_RULES, Archived, HistoryStart
 from console.core.ownership import ENDINGS, RULES, Holding, OwnerAt
 from console.operator.present.logins import legend_if_claimed, who_text
 from console.operator.present.words import STYLE, when
@@ -96,11 +98,74 @@ def holdings_block(holdings: list[Holding]) -> Group:
     return Group(head, *(Text.assemble("  ", holding_line(h)) for h in holdings))
 
 
-def owner_group(answer: OwnerAt) -> Group:
+def owner_group(answer: OwnerAt, start: HistoryStart | None = None) -> Group:
     """`leasectl audit owner`."""
     warning = history_warning(answer)
     head = (warning, Text("")) if warning is not None else ()
-    return Group(*head, owner_answer(answer), Text(""), holdings_block(answer.timeline))
+    tail: tuple[Text, ...] = ()
+    if start is not None and start.archived_before is not None:
+        tail = (Text(""), Text(f"the online history begins at {when(start.archived_before)}, before it "
+                               f"{start.archive_words()}; this call's history is whole online",
+                               style=STYLE["none"]))
+    return Group(*head, owner_answer(answer), Text(""), holdings_block(answer.timeline), *tail)
+
+
+# ----------------------------------------------------------------------------- archived history
+
+
+def archived_answer(refusal: Archived) -> Text:
+    """An answer that rests on archived history, said plainly: ARCHIVED, why, and where it is."""
+    text = Text("ARCHIVED", style="bold yellow")
+    text.append(" — " + sanitize(str(refusal).removeprefix("archived: "), max_chars=1_000))
+    if refusal.hint:
+        text.append(f"\n{sanitize(refusal.hint, max_chars=300)}", style=STYLE["none"])
+    return text
+
+
+def online_part_note(start: HistoryStart) -> str:
+    """Said (on stderr) of an answer given with no start once history was archived."""
+    return (f"the online history begins at {when(start.archived_before)}: this answer covers it from then on; "
+            f"the events before it are archived, in {start.archive_words()}")
+
+
+def past_note(start: HistoryStart) -> str:
+    """Said of `jobs --at T` once history was archived: what the list leaves out."""
+    return (f"the calls created before {when(start.archived_before)} (where the online history begins) are not "
+            f"listed: every one had finished by then, and their history is archived, in {start.archive_words()}")
+
+
+def left_out(start: HistoryStart) -> Text | None:
+    """The calls screens' tail with at: once history was archived: what the past they show leaves out."""
+    return Text(past_note(start), style="magenta") if start.archived else None
+
+
+def archive_banner(page: AuditPage) -> Text | None:
+    """The Audit screen's line on where the online history begins, and what that meant for what it
+    shows, the most important first (at 80x24 it has two lines): a refused range, rows that are the
+    online part only, or the whole history online from then on."""
+    start = page.history
+    if start.archived_before is None:
+        return None
+    begins = when(start.archived_before)
+    archive = f"before it archived ({start.span_words()}; `leasectl audit verify --archive DIR` checks it)"
+    text = Text()
+    if page.refused:
+        text.append("ARCHIVED", style="bold yellow")
+        text.append(f": the filter reaches before {begins}, where the online history begins — nothing is shown, "
+                    "not a part as the whole · ")
+    elif page.online_part:
+        text.append("online part only", style="bold yellow")
+        text.append(f": these rows are from {begins} on · ")
+    else:
+        text.append(f"online history from {begins} · ", style="bold")
+    text.append(archive, style=STYLE["none"])
+    return text
+
+
+def oldest_page_words(start: HistoryStart) -> str:
+    """`]` past the last page once history was archived."""
+    return (f"This is the oldest online page: the events before {when(start.archived_before)} are archived "
+            f"({start.archive_words()}).")
 
 
 def history_warning(answer: OwnerAt) -> Text | None:
@@ -187,19 +252,35 @@ def actions_block(actions: list[OperatorAction]) -> Group:
 
 
 def verify_words(report: VerifyReport) -> RenderableType:
-    """`leasectl audit verify`: all hold, or each violation with its call, its events and why."""
+    """`leasectl audit verify`: all hold, or each violation with its call, its events and why; and,
+    once history was archived, what of it was checked and replayed, and what was not."""
     scope = f"since {when(report.since)}" if report.since else "the whole history"
     head = Text()
-    head.append(f"verified {counted(report.calls, 'call')}, {counted(report.events, 'event')} ({scope}, read "
-                f"{when(report.checked_at)}, {report.seconds:.1f} s): ")
+    archived = f" and {counted(report.archived_events, 'archived event')}" if report.archived_events else ""
+    head.append(f"verified {counted(report.calls, 'call')}, {counted(report.events, 'event')}{archived} ({scope}, "
+                f"read {when(report.checked_at)}, {report.seconds:.1f} s): ")
     logins = logins_words(report)
+    archive = archive_words(report)
+    after = [t for t in (logins, *archive) if t is not None]
     if report.ok:
         head.append("every check holds", style="bold green")
         head.append(" — no two owners at one instant, tokens only rose, every finished call finished once, "
                     "every ownership change has its event, no worker login wrote what it may not", style="dim")
-        return Group(head, logins) if logins is not None else head
-    head.append(counted(len(report.violations), "violation"), style="bold red")
+        return Group(head, *after) if after else head
+    found = len(report.violations) + len(report.archive_violations)
+    head.append(counted(found, "violation"), style="bold red")
     lines: list[Text] = [head]
+    for a in report.archive_violations:
+        line = Text()
+        line.append(f"archived month {sanitize(a.month, max_chars=20)}", style="bold")
+        line.append("  ")
+        line.append(a.rule, style="bold red")
+        if a.file:
+            line.append(f"  {sanitize(a.file, max_chars=120)}")
+        line.append("\n    ")
+        line.append(sanitize(a.why, max_chars=1_000))
+        line.append(f" ({ARCHIVE_RULES.get(a.rule, a.rule)})", style=STYLE["none"])
+        lines.append(line)
     for v in report.violations:
         line = Text()
         line.append(f"call {v.job_id}", style="bold")
@@ -214,9 +295,41 @@ def verify_words(report: VerifyReport) -> RenderableType:
         line.append(sanitize(v.why, max_chars=1_000))
         line.append(f" ({RULES.get(v.rule, v.rule)})", style=STYLE["none"])
         lines.append(line)
-    if logins is not None:
-        lines.append(logins)
+    lines.extend(after)
     return Group(*lines)
+
+
+def archive_words(report: VerifyReport) -> list[Text]:
+    """What verify could say of the archived history: where the online history begins, the archive
+    checked (or not given), and the calls not replayed for want of it."""
+    if report.archived_before is None and report.archive is None:
+        return []
+    lines: list[Text] = []
+    text = Text(style=STYLE["none"])
+    if report.archived_before is not None:
+        text.append(f"archived history: the online history begins at {when(report.archived_before)}")
+    else:
+        text.append("archived history: the database has archived nothing")
+    if report.archive is not None:
+        months = ", ".join(sanitize(m, max_chars=20) for m in report.archive_months_checked) or "none"
+        text.append(f"; the archive {sanitize(report.archive, max_chars=200)} was checked against what the database "
+                    f"registered (months: {months})")
+        if report.archive_violations:
+            text.append(" and does not hold: it was not replayed")
+        elif report.archived_events:
+            text.append(f", and its {counted(report.archived_events, 'event')} replayed before the online ones")
+    lines.append(text)
+    if report.calls_not_replayed:
+        lines.append(Text(f"{counted(report.calls_not_replayed, 'call')} not replayed: each one's history begins "
+                          "in the archive (created before the online history begins); "
+                          + ("pass --archive DIR (the directory retention wrote) to replay them"
+                             if report.archive is None else "the archive must hold to replay them"),
+                          style="bold yellow"))
+    if report.archive_months_online:
+        lines.append(Text("the manifest also lists "
+                          + ", ".join(sanitize(m, max_chars=20) for m in report.archive_months_online)
+                          + ": months the database still holds (not archived yet), not used", style=STYLE["none"]))
+    return lines
 
 
 def logins_words(report: VerifyReport) -> Text | None:

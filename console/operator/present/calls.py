@@ -327,6 +327,14 @@ def history_table(events: list[Event], *, title: str | None = None, compact: boo
     return table
 
 
+def archived_history_note(archived_before: datetime) -> Text:
+    """A call whose history began before the online history does: what is shown is its online part."""
+    return Text.assemble(("ARCHIVED", "bold yellow"),
+                         f" — this call's history before {when(archived_before)} is archived (leasectl admin "
+                         "retention): what follows is its online part only; `leasectl audit verify --archive DIR` "
+                         "reads the rest")
+
+
 def history_group(job_id: uuid.UUID, events: list[Event]) -> Group:
     """`leasectl history`."""
     return Group(Text(f"history of call {job_id}", style="bold"), history_table(events))

@@ -5,7 +5,13 @@ refused or failed); a filter of its own (`job:` `owner:` `operator:` `kind:` `si
 alone, console.core.audit's rules); `e` exports what the view shows for the filter -- the events,
 or the operator journal's rows (JSONL or CSV, off the UI thread, with progress, under a temporary
 name); `enter` opens the call's detail at that event. Each row names the login that wrote it and
-marks a name that is not that login's own (console.operator.present.logins)."""
+marks a name that is not that login's own (console.operator.present.logins).
+
+Once retention archived months of the history, a line under the filter says where the online
+history begins and what the archive holds, and the screen keeps to console/core/history.py: a
+filter that reaches before it shows nothing and says ARCHIVED (never a partial page as whole),
+who held a call whose history begins in the archive is answered "archived", rows with no start
+are said to be the online part only, and `]` past the oldest online page says the rest is archived."""
 
 from __future__ import annotations
 
@@ -38,7 +44,10 @@ from console.operator.present.audit import (
     OUTCOME_STYLE,
     action_detail,
     action_words,
+    archive_banner,
     history_warning,
+    oldest_page_words,
+    online_part_note,
     owner_answer,
 )
 from console.operator.present.calls import event_words
@@ -122,6 +131,7 @@ class AuditScreen(PollingScreen):
         yield TopChrome()
         yield FilterBar(placeholder=audit_grammar())
         yield FilterLine("/ filters (job: owner: operator: kind: since: until: at:) · j journal · e export")
+        yield Static(id="audit-archive")
         yield Static(id="audit-answer")
         yield Label("", id="audit-title")
         yield LiveTable(EVENT_COLUMNS, id="audit-events")
@@ -138,11 +148,24 @@ class AuditScreen(PollingScreen):
 
     def show(self, data: AuditPage) -> None:
         self.page = data
+        banner = self.query_one("#audit-archive", Static)
+        words = archive_banner(data)
+        banner.set_class(words is not None, "shown")
+        banner.set_class(data.refused is not None, "refused")
+        if words is not None:
+            banner.update(words)
         answer = self.query_one("#audit-answer", Static)
+        answer.set_class(data.owner_archived is not None, "archived")
         if data.owner is not None:
             warning = history_warning(data.owner)
             answer.update(Group(Text("who held it then — from the history alone", style="bold"),
                                 *((warning,) if warning is not None else ()), owner_answer(data.owner)))
+            answer.add_class("shown")
+        elif data.owner_archived is not None:
+            answer.update(Group(Text("who held it then", style="bold"),
+                                Text.assemble(("ARCHIVED", "bold yellow"),
+                                              " — " + sanitize(data.owner_archived.removeprefix("archived: "),
+                                                               max_chars=600))))
             answer.add_class("shown")
         else:
             answer.remove_class("shown")
@@ -168,6 +191,11 @@ class AuditScreen(PollingScreen):
         empty.display = count == 0
         if data.problem:
             empty.update(Text(f"{data.problem} — change job: with / (esc clears the filter).", style="bold red"))
+        elif data.refused:
+            empty.update(Text.assemble(("ARCHIVED", "bold yellow"),
+                                       " — " + sanitize(data.refused.removeprefix("archived: "), max_chars=600)
+                                       + ". Nothing is shown: change the filter with / (esc clears it).",
+                                       style="yellow"))
         elif count == 0:
             empty.update(Text("Nothing here matches the filter " + sanitize(self.filter_value.describe(), max_chars=120)
                               + " (esc clears it)." if not self.filter_value.empty else
@@ -219,7 +247,8 @@ class AuditScreen(PollingScreen):
             self.app.notify("The journal shows its newest actions; narrow it with / (operator: since: until:).")
             return
         if len(data.events) < PAGE:
-            self.app.notify("This is the oldest page.")
+            self.app.notify(oldest_page_words(data.history) if data.history.archived and data.online_part
+                            else "This is the oldest page.")
             return
         self.cursors.append(data.events[-1].id)
         self.refetch()
@@ -253,6 +282,10 @@ class AuditScreen(PollingScreen):
         session = self.leasectl.session
         f = self.filter_value
         journal = self.view == "journal"  # what the view shows when `e` is pressed is what is written
+        # once history was archived, a filter with no start is written from where the online history
+        # begins (and one that reaches before it is refused by the export itself: nothing written)
+        note = online_part_note(self.page.history) if self.page is not None and self.page.online_part else ""
+        archived = f" {note[:1].upper()}{note[1:]}." if note else ""
         stamp_now = (self.now() or datetime.now().astimezone()).strftime("%Y%m%d-%H%M%S")
 
         def write(path: Path, fmt: str, progress, cancelled) -> int:
@@ -283,13 +316,13 @@ class AuditScreen(PollingScreen):
                 f"Every operator action the filter selects ({sanitize(selected or 'no filter', max_chars=120)}) "
                 "across calls and shutdowns, newest first as the journal lists it, with the keys of `leasectl "
                 "audit actions --json` and the login that wrote each (db_role): typed JSONL or CSV with a header. "
-                "Read-only.", f"leasectl-journal-{stamp_now}.jsonl", write, formats=["jsonl", "csv"]))
+                f"Read-only.{archived}", f"leasectl-journal-{stamp_now}.jsonl", write, formats=["jsonl", "csv"]))
             return
         selected = f.describe() or "no filter: the whole history"
         self.app.push_screen(ExportDialog(
             "Export the history", f"Every job_events row the filter selects ({sanitize(selected, max_chars=120)}), "
             "oldest first, with the login that wrote each (db_role): typed JSONL (one object a line) or CSV with "
-            "a header. Read-only.",
+            f"a header. Read-only.{archived}",
             f"leasectl-audit-{stamp_now}.jsonl", write, formats=["jsonl", "csv"]))
 
     def commands(self) -> Iterable[SystemCommand]:

@@ -110,12 +110,28 @@ class CallListScreen(PollingScreen):
             return None
         text = Text()
         text.append(" THE PAST ", style="bold white on magenta")
+        if self.archived_refused:  # loud and first: the line's end may be cut off on a narrow terminal
+            text.append(" ARCHIVED ", style="bold black on yellow")
         text.append(f" as it was at {self.as_of_words()}", style="bold magenta")
         return text
+
+    # with at: once history was archived: why the past is not shown (ARCHIVED), or what it leaves out
+    archived_note: Text | None = None
+    archived_refused = False
+
+    def note_archived(self, note: Text | None, *, refused: bool) -> None:
+        """Keep what the archive means for the past shown; it is also told once in full, when it
+        changes (the end of the filter line may be cut off on a narrow terminal)."""
+        if note is not None and (note != self.archived_note or refused != self.archived_refused):
+            self.app.notify(note.plain, title="Archived history", severity="warning" if refused else "information",
+                            timeout=12)
+        self.archived_note, self.archived_refused = note, refused
 
     def past_tail(self) -> Text | None:
         if self.where.at is None:
             return None
+        if self.archived_note is not None:
+            return self.archived_note
         return Text("rebuilt from the history, not live · actions act on now (esc clears at:)", style="magenta")
 
     def as_of_words(self) -> str:

@@ -12,9 +12,11 @@ from textual.binding import BindingType
 from textual.widgets import Footer, Static
 
 from console.core.filters import JobFilter, grammar
+from console.core.history import Archived
 from console.core.models import JobSummary
 from console.db import audit, bulk, reads
 from console.db.connect import Conn
+from console.operator.present.audit import archived_answer, left_out
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.base import page_bindings
 from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen
@@ -49,6 +51,8 @@ class CallsPage(NamedTuple):
     rows: list[JobSummary]
     db_now: datetime
     as_of: Instant | None  # the instant an age (at:2h) resolved to, for the UI thread to keep
+    archived: Text | None = None  # archived history: why the past is not shown, or what it leaves out
+    refused: bool = False  # the past asked for rests on archived history: nothing shown
 
 
 class CallsScreen(CallListScreen):
@@ -82,8 +86,12 @@ class CallsScreen(CallListScreen):
             now = reads.db_info(conn).db_now
             # an age (at:2h) is resolved once, the first time the filter is read: T stays put
             as_of = as_of or parse_past(where.at, now=now, what="at:")
-            past = audit.jobs_at(conn, as_of.at, where.now(), limit=PAGE, before=before)
-            return CallsPage(list(past), now, as_of)
+            try:
+                start = audit.past_start(conn, as_of.at)
+                past = audit.jobs_at(conn, as_of.at, where.now(), limit=PAGE, before=before, start=start)
+            except Archived as exc:  # said on the screen, never a partial past, never a failed refresh
+                return CallsPage([], now, as_of, archived=archived_answer(exc), refused=True)
+            return CallsPage(list(past), now, as_of, archived=left_out(start))
         rows = reads.jobs(conn, where, before=before, limit=PAGE)
         return CallsPage(rows, rows[0].db_now if rows else reads.db_info(conn).db_now, None)
 
@@ -92,6 +100,7 @@ class CallsScreen(CallListScreen):
 
     def show(self, data: CallsPage) -> None:
         self.rows, db_now = data.rows, data.db_now
+        self.note_archived(data.archived, refused=data.refused)
         if data.as_of is not None:
             self.as_of = data.as_of
         # in the past every age is measured at that instant, not now

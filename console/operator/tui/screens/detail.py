@@ -96,8 +96,10 @@ class DetailScreen(PollingScreen):
                                                           style="bold red"))
             return
         self.query_one("#fields", Static).update(present.fields_grid(present.call_fields(data.job, self.now())))
-        self.query_one("#timeline", Static).update(Group(present.ownership_table(data.job.id, data.events), Text(""),
-                                                         present.operator_actions(data.events)))
+        # a history archived in part is never replayed from what is left (console/core/history.py)
+        held = (present.archived_history_note(data.history_archived_before) if data.history_archived_before
+                else present.ownership_table(data.job.id, data.events))
+        self.query_one("#timeline", Static).update(Group(held, Text(""), present.operator_actions(data.events)))
         self.query_one("#lineage", Static).update(present.lineage_table(data.lineage))
         self._show_chain(self.now() or data.job.db_now)
         history = present.history_table(data.events, compact=self.size.width < NARROW)

@@ -12,9 +12,11 @@ from textual.widgets import Footer, Static
 
 from console.core.filters import grammar
 from console.core.health import HEALTH_RANK
+from console.core.history import Archived
 from console.core.models import Counts, JobSummary, TriageSnapshot
 from console.db import audit, reads
 from console.db.connect import Conn
+from console.operator.present.audit import archived_answer, left_out
 from console.operator.present.words import clock, one_line
 from console.operator.tui.screens.calllist import PAST_POLL_SECONDS, CallListScreen, no_match_words
 from console.operator.tui.widgets.calltable import CallTable
@@ -71,14 +73,26 @@ class TriageScreen(CallListScreen):
             now = reads.db_info(conn).db_now
             if self.as_of is None:  # an age (at:2h) is resolved once, when the filter is applied: T stays put
                 self.as_of = parse_past(self.where.at, now=now, what="at:")
-            return past_triage(audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAST_LIMIT), now)
+            try:
+                start = audit.past_start(conn, self.as_of.at)
+                calls = audit.jobs_at(conn, self.as_of.at, self.where.now(), limit=PAST_LIMIT, start=start)
+            except Archived as exc:  # said on the screen, never a partial past, never a failed refresh
+                self._archived = (archived_answer(exc), True)
+                return past_triage([], now)
+            self._archived = (left_out(start), False)
+            return past_triage(calls, now)
         return reads.triage(conn)
 
     def db_now_of(self, data: TriageSnapshot) -> datetime:
         return data.counts.db_now
 
+    # what the last fetch found of archived history (set on the fetch's thread, read when it is shown)
+    _archived: tuple[Text | None, bool] = (None, False)
+
     def show(self, data: TriageSnapshot) -> None:
         self.snapshot = data
+        note, refused = self._archived if self.where.at is not None else (None, False)
+        self.note_archived(note, refused=refused)
         self.query_one(CountsStrip).update_counts(data.counts)
         rows = [r for r in data.rows if self.where.matches(r)]
         past = self.where.at is not None and self.as_of is not None
