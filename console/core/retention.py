@@ -29,7 +29,7 @@ class Facts:
     last_id: int | None
 
 
-Outcome = Literal["archived", "written", "planned"]
+Outcome = Literal["archived"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class MonthResult:
     first_id: int | None
     last_id: int | None
     sha256: str | None
-    outcome: Outcome  # archived: dropped from the database; written: archived, not dropped; planned
+    outcome: Outcome  # archived: written, verified, dropped from the database
 
     def record(self) -> dict[str, Any]:
         return {"month": self.month, "file": self.file, "rows": self.rows, "first_id": self.first_id,

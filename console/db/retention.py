@@ -20,10 +20,15 @@ DETACH_ATTEMPTS = 5
 FOLD_ATTEMPTS = 4
 
 
+def default_months(conn: Conn, cutoff: datetime) -> list[date]:
+    """The months of rows old enough still waiting in job_events_default (expected: none)."""
+    return [r["month"] for r in run(conn, "admin/default_months", cutoff=cutoff)]
+
+
 def adopt_default_rows(conn: Conn, cutoff: datetime) -> list[date]:
     """Rows old enough waiting in job_events_default get their month's partition first, so that no
     old row is left behind the months archived."""
-    months = [r["month"] for r in run(conn, "admin/default_months", cutoff=cutoff)]
+    months = default_months(conn, cutoff)
     for month in months:
         run_one(conn, "admin/create_event_partition", month=month)
     return months

@@ -13,10 +13,9 @@ from console.db.connect import connect, run
 from console.db.migrate import migrate
 from console.shared.config import SessionLimits
 from tests.bench.common import bench_server, print_header
-from tests.db.history import TOOL
+from tests.db.history import TOOL, seed_calls
 
 UNLIMITED = SessionLimits(statement_timeout_ms=0, lock_timeout_ms=0, idle_in_transaction_ms=0)
-CHUNK = 10_000
 
 
 def main() -> None:
@@ -33,12 +32,7 @@ def main() -> None:
             base = conn.execute("select now() - %s * interval '25 seconds' - interval '1 hour' as b",
                                 (calls,)).fetchone()["b"]
             t0 = time.perf_counter()
-            run(conn, "demo/exact_mode", on=True)
-            for start in range(0, calls, CHUNK):
-                count = min(CHUNK, calls - start)
-                run(conn, "audit/bench_seed_events", start=start, count=count, base=base)
-                run(conn, "audit/bench_seed_calls", start=start, count=count, base=base)
-            run(conn, "demo/exact_mode", on=False)
+            seed_calls(conn, calls, base)  # before 0021: into the one table
             run(conn, "meta/bench_vacuum")
             seeded = time.perf_counter() - t0
             facts = conn.execute("select count(*) as n, pg_total_relation_size('job_events') as bytes, "

@@ -74,8 +74,8 @@ from console.worker import statements
 from tests.bench.audit import BENCH_TOOL, EVENTS_PER_CALL, UNLIMITED, verdict
 from tests.bench.common import BenchServer, bench_server, percentile, print_header
 from tests.bench.protocol import NOOP_TOOL
+from tests.db.history import BATCH, seed_calls
 
-BATCH_CALLS = 10_000  # calls (100,000 events) a seeding statement
 SPACING = timedelta(seconds=25)  # bench_seed_events.sql: call g starts at base + 25 s x g
 LAST_EVENT = timedelta(seconds=100)  # ... and its last event is 100 s later
 UNPARTITIONED, PARTITIONED = "unpartitioned", "partitioned"
@@ -129,19 +129,13 @@ def seed(side: Side, calls: int, base: datetime, months: list[date]) -> None:
     with connect(side.dsn, limits=UNLIMITED) as conn:
         run(conn, "admin/register_tool", **BENCH_TOOL)
         run(conn, "admin/register_tool", **NOOP_TOOL)
-        if side.version >= 21:
-            for month in months:
-                run(conn, "admin/create_event_partition", month=month)
-        run(conn, "demo/exact_mode", on=True)
-        step = max(1, calls // BATCH_CALLS // 10)
-        for n, start in enumerate(range(0, calls, BATCH_CALLS)):
-            count = min(BATCH_CALLS, calls - start)
-            run(conn, "audit/bench_seed_events", start=start, count=count, base=base)
-            run(conn, "audit/bench_seed_calls", start=start, count=count, base=base)
-            if n % step == 0:
-                _note(f"{side.label}: {(start + count) * EVENTS_PER_CALL:,} events seeded "
-                      f"({time.perf_counter() - t0:.0f} s)")
-        run(conn, "demo/exact_mode", on=False)
+        every = max(1, calls // BATCH // 10) * BATCH
+
+        def progress(done: int) -> None:
+            if done % every == 0 or done == calls:
+                _note(f"{side.label}: {done * EVENTS_PER_CALL:,} events seeded ({time.perf_counter() - t0:.0f} s)")
+
+        seed_calls(conn, calls, base, months=months if side.version >= 21 else (), on_batch=progress)
         _note(f"{side.label}: VACUUM ANALYZE")
         run(conn, "meta/bench_vacuum")
     side.seed_seconds = time.perf_counter() - t0

@@ -27,21 +27,13 @@ from console.db import audit as audit_db
 from console.db.connect import Conn, run
 from console.operator.archive import ArchiveDir, MonthEntry, file_name, month_text
 from tests import helpers as h
+from tests.db.history import STEP, TOOL, months_ago, seed_calls
 
 AUDITOR = "lc_archived_auditor"
 LOGINS = {AUDITOR: "leasectl_auditor"}
 OWNER_KEYS = ["job_id", "at", "owner_id", "fencing_token", "held_from", "held_until", "ended_by", "archived_before"]
-TOOL = dict(name="bench_audit", side_effect="read_only", lease_seconds=60, heartbeat_seconds=10, missed_heartbeats=2,
-            jitter_seconds=10, max_attempts=5, stage_timeout_seconds=None, description="archived history")
 CALLS = 10
-STEP = 25  # seconds between two calls' starts (queries/audit/bench_seed_events.sql)
 BEFORE = 177  # the first call starts BEFORE - STEP seconds before the month ends
-
-
-def months_ago(n: int) -> date:
-    today = datetime.now(UTC).date().replace(day=1)
-    year, month = divmod(today.year * 12 + today.month - 1 - n, 12)
-    return date(year, month + 1, 1)
 
 
 def at_midnight(day: date) -> datetime:
@@ -70,16 +62,8 @@ def seed(conn: Conn) -> tuple[date, datetime, list[uuid.UUID]]:
     months' partitions were created (so that no row lands in the default partition)."""
     month, following = months_ago(3), months_ago(2)
     boundary = at_midnight(following)
-    for first in (month, following):
-        conn.execute("select leasectl_event_partition_create(%s)", (first,))
     run(conn, "admin/register_tool", **TOOL)
-    base = boundary - timedelta(seconds=BEFORE)
-    run(conn, "demo/exact_mode", on=True)
-    try:
-        run(conn, "audit/bench_seed_events", start=0, count=CALLS, base=base)
-        run(conn, "audit/bench_seed_calls", start=0, count=CALLS, base=base)
-    finally:
-        run(conn, "demo/exact_mode", on=False)
+    seed_calls(conn, CALLS, boundary - timedelta(seconds=BEFORE), months=(month, following))
     calls = [r["id"] for r in conn.execute("select md5('audit-bench:' || g)::uuid as id "
                                            "from generate_series(1, %s) g order by g", (CALLS,))]
     return month, boundary, calls

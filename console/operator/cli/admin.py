@@ -178,7 +178,7 @@ def retention_command(
     with connect(dsn_option(dsn), limits=RETENTION_LIMITS) as conn:
         check_may_archive(conn)
         cutoff, months = plan(conn, keep_for)
-        if not months and not retention_db.adopt_default_rows(conn, cutoff):
+        if not months and not retention_db.default_months(conn, cutoff):  # nothing written before the question
             report = RetentionReport(cutoff=cutoff, archive=str(target.path))
             if as_json:
                 print_json(report.record())
