@@ -16,8 +16,11 @@ from console.shared.faults import crash_at
 # behind a long reader would hold every writer of the journal behind it
 DETACH_LOCK_TIMEOUT_MS = 2_000
 DETACH_ATTEMPTS = 5
-# the rollup folds events older than a minute (0008); retention asks for no lag at all, a few times
-FOLD_ATTEMPTS = 4
+# the rollup folds events older than a minute (0008); retention asks for no lag at all, and waits
+# this long at most for the transactions that began before its watermark: xids are the whole
+# server's, so a transaction in any database of the cluster (a backup, another application) holds
+# the watermark back until it ends
+FOLD_WAIT_SECONDS = 30.0
 
 
 def default_months(conn: Conn, cutoff: datetime) -> list[date]:
@@ -44,18 +47,20 @@ def facts(conn: Conn, month: Month) -> Facts:
     return Facts(rows=int(row["rows"]), first_id=row["first_id"], last_id=row["last_id"])
 
 
-def fold_through(conn: Conn, last_id: int | None) -> int:
+def fold_through(conn: Conn, last_id: int | None, *, wait_seconds: float = FOLD_WAIT_SECONDS) -> int:
     """Bring the metric rollup (0008) past `last_id`, so that the counters keep what is dropped;
-    returns where it stands. The fold takes a watermark in two passes (a transaction that could
-    still add an event below it must be over): a few calls, a moment apart."""
-    folded = 0
-    for attempt in range(FOLD_ATTEMPTS):
+    returns where it stands. The fold takes a watermark in two passes (every transaction that could
+    still add an event below it must be over first): called again, a moment apart, until it is
+    past `last_id` or `wait_seconds` have gone by."""
+    deadline = time.monotonic() + wait_seconds
+    pause = 0.05
+    while True:
         row = run_one(conn, "metrics/fold", lag_seconds=0)
         folded = int(row["folded_through"]) if row else 0
-        if last_id is None or folded >= last_id:
-            break
-        time.sleep(0.2 * (attempt + 1))
-    return folded
+        if last_id is None or folded >= last_id or time.monotonic() >= deadline:
+            return folded
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 1.0)
 
 
 def drop_month(conn: Conn, month: Month, facts: Facts, *, sha256: str, file: str, actor: str,

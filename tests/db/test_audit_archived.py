@@ -24,6 +24,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from console.db import audit as audit_db
+from console.db import retention as retention_db
 from console.db.connect import Conn, run
 from console.operator.archive import ArchiveDir, MonthEntry, file_name, month_text
 from tests import helpers as h
@@ -83,10 +84,7 @@ def archive_month(conn: Conn, month: date, directory: Path) -> int:
     archive.record(MonthEntry(month=month_text(month), file=file_name(month), rows=facts.rows,
                               first_id=facts.first_id, last_id=facts.last_id, sha256=facts.sha256,
                               range_from=iso(month_from), range_to=iso(month_to), written_at=iso(datetime.now(UTC))))
-    for _ in range(5):
-        folded = conn.execute("select folded_through from leasectl_metrics_fold('0 seconds')").fetchone()
-        if folded["folded_through"] >= facts.last_id:
-            break
+    assert retention_db.fold_through(conn, facts.last_id) >= facts.last_id
     conn.execute("select * from leasectl_archive_month(%s, %s, %s, %s, %s, %s, 'auditor-tester', 'test')",
                  (month, facts.rows, facts.first_id, facts.last_id, facts.sha256, file_name(month)))
     return facts.rows

@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from console.control.supervisor import tick
+from console.db import retention as retention_db
 from console.db.connect import connect, run_one
 from console.db.migrate import migrate
 from console.operator.archive import ArchiveDir, events_in
@@ -55,9 +58,29 @@ def history(db, conn):
     seed_month(conn, old, 30, start=40)
     h.register_tool(conn, "search", "read_only")
     today = h.enqueue(conn, "search")
-    conn.execute("select leasectl_metrics_fold(interval '0 seconds')")
-    conn.execute("select leasectl_metrics_fold(interval '0 seconds')")
+    last = conn.execute("select max(id) as id from job_events").fetchone()["id"]
+    assert retention_db.fold_through(conn, last) >= last, "a transaction elsewhere held the rollup back for 30 s"
     return older, old, today
+
+
+def test_the_rollup_waits_for_a_transaction_elsewhere_on_the_server(db, conn, history):
+    """xids are the server's: a transaction open in another database (a backup, another
+    application, another test) holds the fold's watermark back; retention waits for it to end
+    instead of giving up after a second (CI on a shared PostgreSQL 15 did)."""
+    h.enqueue(conn, "search")
+    last = conn.execute("select max(id) as id from job_events").fetchone()["id"]
+    elsewhere = psycopg.connect(make_conninfo(db.dsn, dbname="postgres"), autocommit=False)
+    elsewhere.execute("select pg_current_xact_id()")
+    run_one(conn, "metrics/fold", lag_seconds=0)  # the watermark, taken while that one is open
+    timer = threading.Timer(2.5, elsewhere.rollback)
+    timer.start()
+    try:
+        started = time.monotonic()
+        assert retention_db.fold_through(conn, last) >= last
+        assert time.monotonic() - started >= 2.0, "the fold could not pass a watermark an open transaction held"
+    finally:
+        timer.join()
+        elsewhere.close()
 
 
 def retention(db, archive: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
