@@ -35,16 +35,19 @@ lint: $(STAMP) ## ruff, mypy and import-linter
 	$(BIN)/lint-imports
 
 .PHONY: tools bench-metrics
-# promtool and the Prometheus server, for the metrics tests (Debian's prometheus package); installed
-# when missing. Where it cannot be installed (no root, no apt) those tests skip and say why.
-tools: ## install promtool and prometheus for the metrics tests, when missing and possible
-	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+# promtool and the Prometheus server, for the metrics tests (Debian's prometheus package), and
+# Alertmanager with amtool, for the alerting tier (Debian's prometheus-alertmanager, whose server is
+# /usr/bin/prometheus-alertmanager); installed when missing. Where they cannot be installed (no root, no apt) those tests skip and say why.
+tools: ## install promtool, prometheus, alertmanager and amtool for the metrics and alerting tests, when missing and possible
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
+	   && { command -v prometheus-alertmanager || command -v alertmanager; } >/dev/null 2>&1 \
+	   && command -v amtool >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "== installing Debian's prometheus package (promtool, prometheus) for the metrics tests"; \
+	  echo "== installing Debian's prometheus and prometheus-alertmanager packages for the metrics and alerting tests"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-	  || echo "warning: prometheus could not be installed: the tests that need it will skip"; \
-	else echo "warning: promtool/prometheus missing and not root with apt-get: the tests that need them will skip"; fi
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null \
+	  || echo "warning: prometheus/prometheus-alertmanager could not be installed: the tests that need them will skip"; \
+	else echo "warning: promtool/prometheus/alertmanager/amtool missing and not root with apt-get: the tests that need them will skip"; fi
 
 .PHONY: ha-tools test-ha
 # Patroni and etcd (Debian's patroni and etcd-server packages) for the HA tier, which runs them with
@@ -84,13 +87,21 @@ pgbouncer: ## install pgbouncer for the pooler tests, when missing and possible
 # its slow tests (the random-kill stress test, the benchmarks' smoke runs), which ran on 18 just
 # before: with them the whole took 846 s of CI's 15 minutes on a slower machine of this kind.
 # LEASECTL_MIN_TESTS makes a run that collects too few tests fail instead of passing quietly.
-test: tools ha-tools pgbouncer lint ## lint, then every test tier on PostgreSQL 18, PgBouncer, the wheel, HA, and 15
-	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel and not ha and not pooler" tests
+test: tools ha-tools pgbouncer lint ## lint, then every test tier on PostgreSQL 18, PgBouncer, alerting, the wheel, HA, and 15
+	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel and not ha and not pooler and not alerting" tests
 	LEASECTL_MIN_TESTS=10 $(PYTEST) -m pooler tests/pooler
+	LEASECTL_MIN_TESTS=1 $(PYTEST) -n 2 -m alerting tests/alerting
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -m slow tests
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -s -m ha tests/ha
 	LEASECTL_MIN_TESTS=3 $(PYTEST) -m wheel tests/wheel
 	@$(MAKE) --no-print-directory test-pg15
+
+.PHONY: test-alerting
+# The alerting tier: a real Prometheus (docs/alerts.yml) and a real Alertmanager (docs/alertmanager.yml)
+# on loopback, scraping `leasectl metrics serve`; a call entering outcome_unknown pages a webhook in
+# the test. Here, unlike in `make test`, missing binaries fail the run instead of skipping it.
+test-alerting: tools $(STAMP) ## a real Prometheus and Alertmanager: an unknown outcome reaches a webhook
+	LEASECTL_ALERTING_REQUIRED=1 LEASECTL_MIN_TESTS=1 $(PYTEST) -m alerting tests/alerting
 
 test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped when it does not answer
 	@if $(BIN)/python -c "import psycopg,sys; psycopg.connect('$(PG15_DSN)', connect_timeout=3).close()" 2>/dev/null; then \
@@ -99,7 +110,7 @@ test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped wh
 	else echo "== $(PG15_DSN) does not answer: PostgreSQL 15 pass skipped"; fi
 
 test-fast: $(STAMP) ## every tier but the slow tests and the wheel, no lint
-	$(PYTEST) -n 4 -m "not slow and not wheel and not ha" tests
+	$(PYTEST) -n 4 -m "not slow and not wheel and not ha and not alerting" tests
 
 bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale bench-history ## every benchmark below
 

@@ -1,10 +1,17 @@
-"""The control plane: carries out fleet shutdowns and sweeps expired leases (`leasectl supervise`).
+"""The control plane: carries out fleet shutdowns, sweeps expired leases and works bulk operations in
+the background (`leasectl supervise`).
 
 A shutdown moves requested -> draining | aborting -> reconciling -> terminated (docs/seeds.md §003). Each
 step of one shutdown is one transaction holding that shutdown's row lock, so two supervisors never
 do the same step at once (the second skips it), and a supervisor killed mid-step leaves nothing
 half done: the next one re-reads the state and carries on. Everything a step decides comes from
 the database and its clock; nothing is kept in memory between ticks.
+
+Bulk operations (migration 0023): each tick works the running ones started with --background, or
+left without progress by their CLI, for up to BULK_SECONDS_PER_TICK, a batch per transaction
+(console/db/bulk.py: the database hands each worker calls no other holds, and each call's outcome
+commits with its action, so the supervisor and a CLI may work one operation at once), and closes the
+stopping ones once their batches in flight have committed.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from console.db import bulk
 from console.db.connect import Conn, run, run_one
 from console.db.lane import Lane
 from console.db.migrate import PARTITIONS_AHEAD
@@ -73,7 +81,55 @@ def tick(conn: Conn, *, supervisor_id: str, sweep: bool = True,
             report.failures.append(f"shutdown {str(active['id'])[:8]}: {exc}")
             log.warning("shutdown %s: %s", active["id"], exc)
     _propose_for_orphans(conn, report, supervisor_id)
+    _work_bulk_operations(conn, report, supervisor_id)
     return report
+
+
+# the time one tick gives the bulk operations (a batch of 50 takes tens of milliseconds): the sweep
+# and the shutdowns wait at most this long for their next tick
+BULK_SECONDS_PER_TICK = 2.0
+
+
+def _work_bulk_operations(conn: Conn, report: TickReport, supervisor_id: str,
+                          budget: float = BULK_SECONDS_PER_TICK) -> None:
+    """The bulk operations that are the supervisor's (bulk/workable.sql), worked batch by batch
+    until the tick's budget is spent; a stopping one closed once its batches in flight committed.
+    A failure stops that operation's work for this tick (nothing of the failed batch was applied);
+    it is kept on the operation for the console and the CLI to show, and tried again next tick."""
+    try:
+        rows = run(conn, "bulk/workable", idle_seconds=bulk.WORKER_IDLE_SECONDS, limit=10)
+    except PermissionDenied as exc:  # a control plane without the grant: the fleet still runs
+        report.failures.append(f"bulk operations not worked: {exc}")
+        return
+    deadline = time.monotonic() + budget
+    for row in rows:
+        label = f"bulk operation {str(row['id'])[:8]} ({row['action']})"
+        if time.monotonic() >= deadline and row["state"] == "running":
+            report.waiting.append(f"{label}: {row['done']:,} of {row['total']:,} done, more next tick")
+            continue
+        try:
+            op = bulk.work(conn, row["id"], worker=supervisor_id, deadline=deadline, wait=False)
+        except DatabaseUnavailable:
+            raise
+        except RowLocked:  # closing waits for a batch in flight elsewhere: next tick
+            report.waiting.append(f"{label}: stopping, a batch in flight elsewhere finishes first")
+            continue
+        except LeasectlError as exc:
+            report.failures.append(f"{label}: {exc}")
+            log.warning("%s: %s", label, exc)
+            try:
+                bulk.note_error(conn, row["id"], str(exc), worker=supervisor_id)
+            except LeasectlError:
+                pass
+            continue
+        if op.done > row["done"]:
+            report.notes.append(f"{label}: {counted(op.done - row['done'], 'call')} settled, {op.done:,} of "
+                                f"{op.total:,} done ({op.applied:,} applied, {op.refused:,} refused, "
+                                f"{op.failed:,} failed)")
+        if op.state != row["state"]:
+            report.notes.append(f"{label}: {row['state']} -> {op.state}")
+        elif not op.over:
+            report.waiting.append(f"{label}: {op.state}, {op.done:,} of {op.total:,} done")
 
 
 def _raise_lease_watch(conn: Conn, report: TickReport) -> None:

@@ -51,7 +51,7 @@ DATABASE_KINDS = ("enqueued", *CHANGE_KINDS, "side_effect_started")
 
 JournalOutcome = Literal["applied", "refused", "failed"]  # an operator journal row's outcome
 ACTIONS: tuple[str, ...] = ("cancel", "mark_terminal", "approve_retry", "drain", "abort", "pause", "resume", "revoke",
-                             "accept", "decline", "retention")
+                             "accept", "decline", "retention", "bulk", "bulk_stop")
 OUTCOMES: tuple[str, ...] = ("applied", "refused", "failed")
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "csv")
 # the columns of `audit export`, in order (the contract); every export appends EXPORT_ADDED after them

@@ -3,12 +3,20 @@
     state:running tool:web_search owner:w-3 agent:planner-1 key:report:42: id:8f1b
     health:zombie model:gpt-5.1 provider:openai class:unverifiable
     chain:8f1b parent:3c2a session:s-9 trace:4bf92f35 priority:5
+    payload:$.invoice=INV-7 payload:$.lines[0].sku=A-1 payload:$.invoice payload:refund
+    payload:"late fee" payload:$.customer.name="Ada Lovelace"
 
 A bare word is a state, a lease-health label or an id prefix (hex); anything else must name its
 key. An unknown key is an error that shows the grammar: a filter that silently matched nothing
 would be a false all-clear at 02:00. The same filter is evaluated by SQL (queries/views/jobs.sql,
 the Calls screen and the CLI) and in memory (`matches`, for Triage and Approvals): a test keeps
-the two in agreement.
+the two in agreement -- except `payload:`, which only the database evaluates (a list of calls
+carries no payload): the screens that filter in memory refuse it (`memory_filter`).
+
+`payload:` (PayloadTerm) searches the calls' payloads: a JSON path compared with a value, the path
+alone (it is there), or text. It is the one key whose value may be quoted ("two words": the grammar
+otherwise splits on white space); it needs the SELECT privilege on tool_jobs.payload, and it is
+tested only on the calls the rest of the filter selects (queries/views/jobs.sql).
 
 Empty filters. For a read, no filter means every call: the console's `/` cleared, `leasectl jobs`
 with no option. For an action it never does: `--where "$FILTER"` with FILTER unset once approved a
@@ -20,9 +28,11 @@ option given an empty value (`jobs --tool "$TOOL"`) is bad input for a read as w
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
@@ -53,6 +63,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "session": ("session", "the agent's session"),
     "trace": ("trace_prefix", "a W3C trace id (32 hex digits) or a prefix"),
     "priority": ("priority", "a priority, exactly: an integer (higher is claimed first)"),
+    "payload": ("payload", "a JSON path and a value ($.invoice=INV-7, $.lines[0].sku=A-1), a path alone "
+                           "($.invoice: it is there), or text in the payload, any case (refund, \"two words\")"),
     "at": ("at", "an instant of the past, to see every call as it was then (2026-12-03T02:13Z, 2h)"),
 }
 KEY_OF = {field: key for key, (field, _) in KEYS.items()}  # JobFilter field -> its filter key
@@ -80,7 +92,161 @@ def keyed_term(token: str, keys: Container[str], grammar_words: Callable[[], str
 
 def grammar() -> str:
     return (f"filter keys: {key_list(KEYS)}. A bare word is a state, a lease-health label or an id prefix; "
-            "e.g. state:running tool:web_search health:zombie")
+            "e.g. state:running tool:web_search health:zombie, tool:pay payload:$.invoice=INV-7")
+
+
+# ----------------------------------------------------------------------------- payload:
+
+PAYLOAD_MAX_CHARS = 500
+PAYLOAD_MAX_STEPS = 32
+PAYLOAD_GRAMMAR = ("payload:$.invoice=INV-7 (a JSON path -- $ then .key or [index], keys of letters, digits, _ "
+                   "and - -- and a value: a string exactly, or a number, true, false or null as typed or as that "
+                   "JSON value; \"quoted\": the string only), payload:$.invoice (the path is there), "
+                   "payload:refund or payload:\"two words\" (text anywhere in the payload's JSON, any case)")
+_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[([0-9]{1,6})\]")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,3})?")  # within numeric's range
+_JSON_WORDS = ("true", "false", "null")
+
+
+@dataclass(frozen=True)
+class PayloadTerm:
+    """What a `payload:` term asks of a call's payload.
+
+    * a path and a value (`$.invoice=INV-7`): some value the path reaches equals it. A string
+      equals it exactly (case and all); a value written unquoted that reads as a JSON number,
+      true, false or null also matches that JSON value (`$.amount=120`: 120, 120.0 or "120";
+      `$.vip=true`: true or "true"); a quoted one (`$.amount="120"`) only the string. An array
+      on the way is searched element by element (JSON path's lax mode: `$.lines.sku=A-1` is any
+      line's sku; `$.lines[0].sku` the first line's).
+    * a path alone (`$.invoice`): the path reaches something (null included);
+    * text (`refund`, `"two words"`): the payload's JSON text contains it, in any case (keys and
+      values alike, as PostgreSQL writes jsonb as text: `"a": 1`, a quote inside a string as \\"),
+      folded to lower case as the database's lower() folds it.
+    """
+
+    steps: tuple[str | int, ...] = ()
+    value: str | None = None
+    quoted: bool = False  # the value was quoted: it matches the string only
+    text: str | None = None
+
+    @property
+    def literal(self) -> str | None:
+        """The JSON value an unquoted value stands for besides the string (120, true), or None."""
+        if self.value is None or self.quoted:
+            return None
+        if self.value in _JSON_WORDS or _JSON_NUMBER.fullmatch(self.value):
+            return self.value
+        return None
+
+    def jsonpath(self) -> str | None:
+        """The SQL/JSON path for jsonb_path_exists (None for text). Built from the parsed steps
+        only -- every key written as a JSON string -- and compared with variables ($v, $n), so no
+        typed character reaches the path's syntax; the whole is a bound parameter of the query."""
+        if self.text is not None:
+            return None
+        path = "$" + "".join(f"[{step}]" if isinstance(step, int) else "." + json.dumps(step) for step in self.steps)
+        if self.value is None:
+            return path
+        return path + (" ? (@ == $v || @ == $n)" if self.literal is not None else " ? (@ == $v)")
+
+    def variables(self) -> str | None:
+        """The path's variables as JSON text (jsonb_path_exists' `vars`), or None for text."""
+        if self.text is not None:
+            return None
+        if self.value is None:
+            return "{}"
+        return '{"v": ' + json.dumps(self.value) + (f', "n": {self.literal}' if self.literal is not None else "") + "}"
+
+
+def _quoted(text: str, start: int) -> tuple[str, int]:
+    """The string quoted at text[start] ('"'), with \\" and \\\\ as a quote and a backslash (any other
+    backslash is itself), and the index after its closing quote; ValueError when it is not closed."""
+    out: list[str] = []
+    i = start + 1
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text) and text[i + 1] in '"\\':
+            out.append(text[i + 1])
+            i += 2
+        elif char == '"':
+            return "".join(out), i + 1
+        else:
+            out.append(char)
+            i += 1
+    raise ValueError(f"payload:{sanitize(text, max_chars=60)}: a quote is not closed")
+
+
+def parse_payload(text: str) -> PayloadTerm:
+    """A `payload:` term's value (what follows `payload:`, quotes and all) as a PayloadTerm;
+    ValueError with what is wrong."""
+    shown = f"payload:{sanitize(text, max_chars=60)}"
+    if not text:
+        raise ValueError(f"'{shown}': nothing after 'payload:'")
+    if len(text) > PAYLOAD_MAX_CHARS:
+        raise ValueError(f"'{shown}' is too long: at most {PAYLOAD_MAX_CHARS} characters after 'payload:'")
+    if not text.startswith("$"):  # text
+        if text.startswith('"'):
+            found, end = _quoted(text, 0)
+            if end != len(text):
+                raise ValueError(f"'{shown}': quote the whole text (payload:\"two words\")")
+        elif '"' in text:
+            raise ValueError(f"'{shown}': quote the whole text (payload:\"two words\")")
+        else:
+            found = text
+        if not found:
+            raise ValueError(f"'{shown}': the text is empty (it would match every call)")
+        return PayloadTerm(text=found)
+    steps: list[str | int] = []
+    at = 1
+    while at < len(text) and text[at] != "=":
+        step = _STEP.match(text, at)
+        if step is None:
+            raise ValueError(f"'{shown}': not a JSON path this filter takes at "
+                             f"'{sanitize(text[at:at + 20], max_chars=20)}' ($ then .key or [index]: "
+                             "$.invoice, $.lines[0].sku; keys of letters, digits, _ and -)")
+        steps.append(step.group(1) if step.group(1) is not None else int(step.group(2)))
+        at = step.end()
+    if not steps:
+        raise ValueError(f"'{shown}': name a key after $ ($.invoice=INV-7)")
+    if len(steps) > PAYLOAD_MAX_STEPS:
+        raise ValueError(f"'{shown}': a path of at most {PAYLOAD_MAX_STEPS} steps")
+    if at == len(text):
+        return PayloadTerm(steps=tuple(steps))
+    value = text[at + 1:]
+    if not value:
+        raise ValueError(f"'{shown}': nothing after '=' (give a value, or \"\" for the empty string)")
+    if value.startswith('"'):
+        found, end = _quoted(value, 0)
+        if end != len(value):
+            raise ValueError(f"'{shown}': quote the whole value ($.name=\"Ada Lovelace\")")
+        return PayloadTerm(steps=tuple(steps), value=found, quoted=True)
+    if '"' in value:
+        raise ValueError(f"'{shown}': quote the whole value ($.name=\"Ada Lovelace\")")
+    return PayloadTerm(steps=tuple(steps), value=value)
+
+
+def split_terms(text: str) -> list[str]:
+    """The filter's terms: split on white space, except inside the quotes of a `payload:` term
+    (payload:"two words", payload:$.name="Ada Lovelace"), which stay in its term as typed."""
+    terms: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+            continue
+        start = i
+        payload = text.startswith("payload:", i)
+        while i < n and not text[i].isspace():
+            if payload and text[i] == '"':
+                try:
+                    i = _quoted(text, i)[1]
+                except ValueError:
+                    raise BadInput(f"'{sanitize(text[start:], max_chars=60)}': a quote is not closed",
+                                   hint=PAYLOAD_GRAMMAR) from None
+            else:
+                i += 1
+        terms.append(text[start:i])
+    return terms
 
 
 class Filter(BaseModel):
@@ -120,6 +286,7 @@ class JobFilter(Filter):
     session: str | None = None
     trace_prefix: str | None = None
     priority: int | None = None
+    payload: str | None = None  # as typed after `payload:` (quotes and all); PayloadTerm says what it asks
     at: str | None = None  # as typed; resolved against the database's clock by whoever reads the past
 
     @field_validator("at")
@@ -160,6 +327,17 @@ class JobFilter(Filter):
                              "(at most 32 hex digits)")
         return value.lower() if value is not None else None
 
+    @field_validator("payload")
+    @classmethod
+    def _payload(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_payload(value)  # bad input now, not when the database is asked
+        return value
+
+    @property
+    def payload_term(self) -> PayloadTerm | None:
+        return parse_payload(self.payload) if self.payload is not None else None
+
     @field_validator("priority", mode="before")
     @classmethod
     def _priority(cls, value: object) -> object:
@@ -187,12 +365,14 @@ class JobFilter(Filter):
         low, high = id_range(self.id_prefix) if self.id_prefix else (None, None)
         chain_low, chain_high = id_range(self.chain_prefix) if self.chain_prefix else (None, None)
         parent_low, parent_high = id_range(self.parent_prefix) if self.parent_prefix else (None, None)
+        term = self.payload_term
         return {"state": self.state, "tool": self.tool, "owner": self.owner, "agent": self.agent,
                 "key_prefix": self.key_prefix, "id_low": low, "id_high": high, "health": self.health,
                 "model": self.model, "provider": self.provider, "side_effect": self.side_effect,
                 "chain_low": chain_low, "chain_high": chain_high, "parent_low": parent_low,
                 "parent_high": parent_high, "session": self.session, "trace_prefix": self.trace_prefix,
-                "priority": self.priority}
+                "priority": self.priority, "payload_path": term.jsonpath() if term else None,
+                "payload_vars": term.variables() if term else None, "payload_text": term.text if term else None}
 
     def merged(self, other: JobFilter) -> JobFilter:
         """Both filters at once (`jobs --where ... --tool ...`); a key both give differently is bad
@@ -206,7 +386,11 @@ class JobFilter(Filter):
 
     def matches(self, job: JobSummary) -> bool:
         """In-memory evaluation, the same as views/jobs.sql's WHERE clause (`at:` is not about a
-        row: it says which moment the rows come from)."""
+        row: it says which moment the rows come from). `payload:` is not: a JobSummary carries no
+        payload, and a guess either way would be a false answer, so it is bad input here (the
+        screens that filter in memory refuse it as it is typed: `memory_filter`)."""
+        if self.payload is not None:
+            raise BadInput(PAYLOAD_IN_MEMORY.format(where="a list that filters in memory"), hint=grammar())
         return ((self.state is None or job.state == self.state)
                 and (self.tool is None or job.tool == self.tool)
                 and (self.owner is None or job.owner_id == self.owner)
@@ -238,7 +422,7 @@ def parse_filter(text: str) -> JobFilter:
                            hint=grammar())
         values[field] = value
 
-    for token in text.split():
+    for token in split_terms(text):
         term = keyed_term(token, KEYS, grammar)
         if term is not None:
             put(KEYS[term[0]][0], term[1], token)
@@ -255,8 +439,23 @@ def parse_filter(text: str) -> JobFilter:
     try:
         return JobFilter(**values)
     except ValidationError as exc:
-        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise BadInput(message, hint=grammar()) from None
+        error = exc.errors()[0]
+        message = error["msg"].removeprefix("Value error, ")
+        raise BadInput(message, hint=PAYLOAD_GRAMMAR if error["loc"] == ("payload",) else grammar()) from None
+
+
+PAYLOAD_IN_MEMORY = ("payload: is searched in the database, and {where} filters the calls it has already read, "
+                     "which carry no payload: search payloads on the Calls screen (2), or with `leasectl jobs --where`")
+
+
+def memory_filter(text: str, screen: str) -> JobFilter:
+    """The filter of a screen that filters in memory the calls it has read (Triage, Approvals:
+    `matches`): the grammar, with `payload:` refused as it is typed (bad input that says where
+    payloads are searched), never matched against calls that do not carry one."""
+    parsed = parse_filter(text)
+    if parsed.payload is not None:
+        raise BadInput(PAYLOAD_IN_MEMORY.format(where=f"the {screen} screen"), hint=grammar())
+    return parsed
 
 
 def parse_selection(text: str | None, *, option: str = "--where") -> JobFilter:

@@ -57,7 +57,7 @@ from console.core.ownership import CallReplay, OwnerAt, Step, Violation, owner_a
 from console.db import sql
 from console.db.connect import Conn, lines_as, run, run_one, translate_error
 from console.db.pooler import set_up_transaction
-from console.db.reads import db_info, history, resolve
+from console.db.reads import db_info, history, payload_access, payload_search, resolve
 from console.shared.errors import BadInput, LeasectlError
 from console.shared.text import sanitize, terminal_safe
 from console.shared.times import Instant
@@ -531,7 +531,8 @@ def jobs_at(conn: Conn, at: datetime, where: JobFilter | None = None, limit: int
     owner and health. Pass the last row's (created_at, id) as `before` for the next page. Archived
     when the answer rests on archived history (past_start; `start`: its answer, already asked)."""
     start = start if start is not None else past_start(conn, at)
-    rows = run(conn, "audit/jobs_at", **_jobs_at_values(at, where, limit, before, start))
+    with payload_search(conn, where):  # payload: only for a role that may read payloads; its timeout said so
+        rows = run(conn, "audit/jobs_at", **_jobs_at_values(at, where, limit, before, start))
     return lines_as(JobAsOf, [r["line"] for r in rows])
 
 
@@ -548,6 +549,7 @@ def write_jobs_at(conn: Conn, out: TextSink, at: datetime, where: JobFilter | No
     calls were handed to `out`; `on_progress(count)` after each batch (it may raise to stop).
     Archived, before anything is written, when the answer rests on archived history (past_start)."""
     start = start if start is not None else past_start(conn, at)
+    payload_access(conn, where)  # payload: only for a role that may read payloads, asked before a line is written
     query = sql.load("audit/jobs_at")
     values = query.bind(_jobs_at_values(at, where, limit, None, start))
     # rows in chunks need libpq 17 (psycopg checks); an older libpq streams one row at a time

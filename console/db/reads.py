@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from console.core.filters import JobFilter, id_range
@@ -31,7 +33,7 @@ from console.core.models import (
 )
 from console.core.ownership import ownership, stretches
 from console.db.connect import Conn, rows_as, run, run_one
-from console.shared.errors import BadInput
+from console.shared.errors import BadInput, PayloadSearchTimedOut, PermissionDenied, StatementTimedOut
 from console.shared.text import sanitize
 
 
@@ -58,11 +60,66 @@ def triage(conn: Conn, limit: int = 200, recent_minutes: int = 10) -> TriageSnap
 
 def jobs(conn: Conn, where: JobFilter | None = None, *, before: tuple[datetime, uuid.UUID] | None = None,
          limit: int = 200, ids: list[uuid.UUID] | None = None) -> list[JobSummary]:
-    """One page, newest first; pass the last row's (created_at, id) as `before` for the next."""
-    rows = run(conn, "views/jobs", **(where or JobFilter()).sql_values(), ids=ids,
-               before_created=before[0] if before else None, before_id=before[1] if before else None,
-               limit=limit)
+    """One page, newest first; pass the last row's (created_at, id) as `before` for the next. A
+    `payload:` filter is searched as `payload_search` says (the Calls screen, `leasectl jobs`, and
+    a bulk action's snapshot, which reads its calls here)."""
+    chosen = where or JobFilter()
+    with payload_search(conn, chosen):
+        rows = run(conn, "views/jobs", **chosen.sql_values(), ids=ids,
+                   before_created=before[0] if before else None, before_id=before[1] if before else None,
+                   limit=limit)
     return rows_as(JobSummary, rows)
+
+
+def payload_access(conn: Conn, where: JobFilter | None) -> int | None:
+    """Before a read of calls by a filter with `payload:`: whether this session's role may read
+    payloads at all (queries/meta/payload_access.sql: the column privilege, SELECT on
+    tool_jobs.payload, granted on the table or the column), else PermissionDenied -- not allowed,
+    exit 1 -- before anything is searched. Returns the statement timeout the search runs under
+    (ms, 0: none); None, and nothing asked, without `payload:`."""
+    if where is None or where.payload is None:
+        return None
+    access = run_one(conn, "meta/payload_access")
+    assert access is not None  # `Zero rows: never`
+    if not access["allowed"]:
+        raise PermissionDenied(
+            f"not allowed: payload: searches the calls' payloads, and role {sanitize(access['role'], max_chars=63)} "
+            "may not read them (it lacks the SELECT privilege on tool_jobs.payload: has_column_privilege(current_user, "
+            "'public.tool_jobs', 'payload', 'SELECT') is false). Nothing was searched",
+            hint="filter without payload:, or use a login granted SELECT on tool_jobs (or on its payload column)")
+    timeout_ms: int = access["statement_timeout_ms"]
+    return timeout_ms
+
+
+@contextmanager
+def payload_search(conn: Conn, where: JobFilter | None) -> Iterator[None]:
+    """Around a read of calls by a filter (views/jobs.sql, audit/jobs_at.sql): with `payload:`,
+    `payload_access` first; then a statement timeout in the block is PayloadSearchTimedOut, which
+    says the search did not finish (never "no calls") and how to narrow it. Without `payload:`,
+    nothing is asked and nothing is changed."""
+    timeout_ms = payload_access(conn, where)
+    if timeout_ms is None:
+        yield
+        return
+    try:
+        yield
+    except PayloadSearchTimedOut:
+        raise
+    except StatementTimedOut as exc:
+        raise PayloadSearchTimedOut(payload_timeout_words(timeout_ms), hint=PAYLOAD_NARROWER) from exc
+
+
+PAYLOAD_NARROWER = ("e.g. tool:pay state:failed payload:$.invoice=INV-7: the newest calls the rest of the filter "
+                    "selects are searched first, and the search stops at a page of matches")
+
+
+def payload_timeout_words(timeout_ms: int) -> str:
+    """What a `payload:` search that ran out of time says (the CLI's error, the Calls screen's list)."""
+    if timeout_ms <= 0:  # no statement timeout: cancelled (Ctrl-C, pg_cancel_backend)
+        return "the payload search was cancelled before it finished: its answer is unknown, not \"no calls\""
+    return (f"the payload search did not finish within the statement timeout of {timeout_ms / 1000:g} s: its answer "
+            "is unknown, not \"no calls\". Narrow the filter with tool:, state:, agent:, session:, key: or id: "
+            "(the payload is searched only in the calls the rest of the filter selects)")
 
 
 def job(conn: Conn, job_id: uuid.UUID) -> Job | None:

@@ -8,6 +8,7 @@ duration is multiplied by `tempo` (tool leases included), so tests can replay a 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import threading
@@ -231,7 +232,10 @@ class Fleet:
             deadline = row["db_now"] + timedelta(seconds=self.seconds(deadline_in))
         made = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb(payload),
                        agent_id=agent, session_id=f"sess-{self.rng.randrange(1000, 9999)}", deadline_at=deadline,
-                       model=model, provider=provider, priority=priority)
+                       model=model, provider=provider, priority=priority,
+                       # as an agent platform's trace would be (the detail shows it; a context's
+                       # trace_url links it): derived from the key, so the demo's draws are unchanged
+                       trace_id=hashlib.sha256(key.encode()).hexdigest()[:32])
         if made is None:
             if agent not in self._refused:
                 self._refused.add(agent)
@@ -575,7 +579,7 @@ class Fleet:
         ctx.record_event("tool_request_started", {"external_request_id": request})
         reply = self.receivers.search.submit(object_id=f"q:{ctx.payload.get('q')}", idempotency_key=ctx.idempotency_key,
                                              fence=ctx.fencing_token, operation="search", sender=ctx.worker_id,
-                                             execution=str(ctx.call.id))
+                                             execution=str(ctx.call.id), traceparent=ctx.traceparent)
         if situation == "slow_result":
             time.sleep(self.seconds(4))  # a tool that cannot be interrupted: the cancel arrives meanwhile
         elif situation == "deaf":
@@ -592,7 +596,7 @@ class Fleet:
         ctx.record_event("tool_request_started", {"external_request_id": request})
         self.receivers.browser.submit(object_id=request, idempotency_key=ctx.idempotency_key,
                                       fence=ctx.fencing_token, operation="open", sender=ctx.worker_id,
-                                      execution=str(ctx.call.id))
+                                      execution=str(ctx.call.id), traceparent=ctx.traceparent)
         # stuck on a modal: heartbeats go on, progress does not (stage timeout 40 s)
         ctx.sleep(self.seconds(95 if situation == "stuck" else self.rng.uniform(4, 12)))
         return {"rows": self.rng.randrange(10, 200)}
@@ -628,7 +632,8 @@ class Fleet:
         request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
         reply = self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key,
                                           fence=ctx.fencing_token, operation="update", sender=ctx.worker_id,
-                                          body={"request": request}, execution=str(ctx.call.id))
+                                          body={"request": request}, execution=str(ctx.call.id),
+                                          traceparent=ctx.traceparent)
         ctx.sleep(self.seconds(30 if situation == "slow" else self.rng.uniform(2, 6)))
         return {"order": order, "confirmation": reply.result["confirmation"]}
 
@@ -637,7 +642,7 @@ class Fleet:
         reply = self.receivers.psp.submit(object_id=str(ctx.payload.get("invoice")),
                                           idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
                                           operation="capture", sender=ctx.worker_id, body={"request": request},
-                                          execution=str(ctx.call.id))
+                                          execution=str(ctx.call.id), traceparent=ctx.traceparent)
         if situation == "no_answer":
             ctx.sleep(self.seconds(2))
             raise ToolNoAnswer("gateway timeout after the capture request was sent")
@@ -653,7 +658,7 @@ class Fleet:
         reply = self.receivers.exports.submit(object_id=str(ctx.payload.get("report")),
                                               idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
                                               operation="write-stage", sender=ctx.worker_id, body={"request": request},
-                                              execution=str(ctx.call.id))
+                                              execution=str(ctx.call.id), traceparent=ctx.traceparent)
         result = {"stage": ctx.payload.get("stage"), "file": reply.result["confirmation"]}
         stage, stages = int(ctx.payload.get("stage") or 1), int(ctx.payload.get("stages") or 1)
         if stage < stages:
@@ -678,7 +683,7 @@ class Fleet:
         request = ctx.start_side_effect(f"erp-{uuid.uuid4().hex[:8]}")
         self.receivers.erp.submit(object_id=order, idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
                                   operation="update", sender=ctx.worker_id, body={"request": request},
-                                  execution=str(ctx.call.id))
+                                  execution=str(ctx.call.id), traceparent=ctx.traceparent)
         ctx.worker.partitioned.set()  # from the database's point of view the worker is gone
         with self._lock:
             self._dead += 1
@@ -698,7 +703,7 @@ class Fleet:
         ctx.record_event("tool_request_started", {"external_request_id": "req-part"})
         reply = self.receivers.search.submit(object_id=subject, idempotency_key=ctx.idempotency_key,
                                              fence=ctx.fencing_token, operation="search", sender=ctx.worker_id,
-                                             execution=str(ctx.call.id))
+                                             execution=str(ctx.call.id), traceparent=ctx.traceparent)
         ctx.worker.partitioned.set()
         self.say(f"worker {ctx.worker_id} is cut off from the database holding call {ctx.call.short_id}")
         time.sleep(ctx.call.lease_seconds + self.seconds(10))  # the lease expires; someone reclaims it
@@ -714,7 +719,7 @@ class Fleet:
         try:  # a late follow-up with our old token: the receiver has seen a newer one by now
             self.receivers.search.submit(object_id=subject, idempotency_key=ctx.idempotency_key + ":more",
                                          fence=ctx.fencing_token, operation="search-more", sender=ctx.worker_id,
-                                         execution=str(ctx.call.id))
+                                         execution=str(ctx.call.id), traceparent=ctx.traceparent)
         except StaleFence as exc:
             ctx.record_event("receiver_rejected", {"receiver": "search-api", "highest_fence": exc.highest,
                                                    "external_request_id": "req-part-2"})

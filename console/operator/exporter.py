@@ -21,8 +21,10 @@ wake the on-call engineer.
   there (meta/ping, one round trip), so `leasectl_up` is the truth of that scrape, never of an
   earlier one; and the values carry `leasectl_data_age_seconds` (0 when read for this scrape).
 * Idle connections cost a file descriptor, not a thread (ParkingWSGIServer, below).
-* Call ids and owners never become labels: tool, model, provider, service (the tool's, tools.service),
-  state, side_effect, cause.
+* Owners never become labels: tool, model, provider, service (the tool's, tools.service), state,
+  side_effect, cause. Call ids become one, in one family only and bounded: the calls waiting in
+  outcome_unknown (leasectl_outcome_unknown_call, at most LISTED_UNKNOWN of them; see there), so
+  that an alert can carry the command that opens the call.
 * leasectl_accept_wait_seconds is not in migration 0008's rollup (it would take a migration): the
   exporter folds it itself by the rollup's watermark (console.core.metrics.AcceptWaitTotals), so
   it too is a total over the whole history, read once at the first scrape, then only its tail.
@@ -47,7 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from console.core.metrics import AcceptWaitTotals, Scrape, TotalRow
 from console.db import metrics
-from console.db.connect import ping
+from console.db.connect import Conn, ping, run
 from console.db.lane import Lane
 from console.shared.config import METRICS_CACHE_SECONDS, METRICS_LISTEN
 from console.shared.errors import BadInput, LeasectlError, PermissionDenied, ReadOnlySession
@@ -62,6 +64,16 @@ FOLD_LAG_SECONDS = 60.0
 STATES = ("queued", "running", "cancel_requested", "outcome_unknown")
 CAUSES = ("lock_timeout", "statement_timeout")
 CALL_LABELS = ["tool", "model", "provider", "service"]
+# Calls in outcome_unknown get a series each (leasectl_outcome_unknown_call{id, tool, side_effect} 1),
+# so that an alert can say which call and carry `leasectl --context C show ID`. Bounded, because every
+# label set is a time series Prometheus keeps in memory and in its index for as long as it lives and
+# then for its retention: call ids are unbounded over time, and the day a provider fails thousands of
+# calls can fall into outcome_unknown at once -- the very moment Prometheus must keep working and the
+# page must stay readable. At most this many per exporter, the longest waiting first (a call listed
+# stays listed until it leaves the state: its alert does not flap as others arrive); the rest are
+# counted in leasectl_outcome_unknown_unlisted_calls, and past a handful the single commands matter
+# less than the Approvals screen and its bulk actions anyway.
+LISTED_UNKNOWN = 50
 
 COUNTERS = {  # metric in the history -> (family name without _total, help)
     "renewal_failures": ("leasectl_renewal_failures",
@@ -96,6 +108,12 @@ GAUGES = {
                                        "have happened.", ["tool", "side_effect"]),
     "leasectl_orphaned_agents": ("Agents whose ancestor is terminated or silent while they still run calls, hold "
                                  "grants or heartbeat (seed 003's orphans; the supervisor proposes a shutdown).", []),
+    "leasectl_outcome_unknown_call": (f"1 for each call waiting in outcome_unknown, by id: at most {LISTED_UNKNOWN} "
+                                      "series, the longest waiting first (alerts carry `leasectl show ID` from "
+                                      "the id).", ["id", "tool", "side_effect"]),
+    "leasectl_outcome_unknown_unlisted_calls": (f"Calls waiting in outcome_unknown beyond the {LISTED_UNKNOWN} "
+                                                "that have a leasectl_outcome_unknown_call series of their own.",
+                                                []),
 }
 # not from a read: how old the values of this answer are (a scrape within the cache gets them again)
 AGE = ("leasectl_data_age_seconds", "Seconds since the database read these values come from: 0 when read for "
@@ -129,16 +147,49 @@ def exporter_lane(dsn: str, *, read_only: bool = False, application_name: str = 
 # ----------------------------------------------------------------------------- the collector
 
 
+@dataclass(frozen=True)
+class WaitingCall:
+    """One call in outcome_unknown with a series of its own."""
+
+    id: str
+    tool: str
+    side_effect: str
+
+
+@dataclass(frozen=True)
+class WaitingCalls:
+    """The calls in outcome_unknown listed one by one (at most LISTED_UNKNOWN), and how many wait in all."""
+
+    listed: tuple[WaitingCall, ...]
+    waiting: int
+
+
+def waiting_calls(conn: Conn, limit: int = LISTED_UNKNOWN) -> WaitingCalls:
+    """queries/metrics/outcome_unknown_calls.sql: a statement of its own after the scrape's snapshot
+    (console.db.metrics.scrape), so leasectl_outcome_unknown_calls may differ from these for one
+    scrape when a call moves in between; the listed and the unlisted always add up."""
+    rows = run(conn, "metrics/outcome_unknown_calls", limit=limit)
+    return WaitingCalls(listed=tuple(WaitingCall(str(r["id"]), r["tool"], r["side_effect"]) for r in rows),
+                        waiting=int(rows[0]["waiting"]) if rows else 0)
+
+
 def _label(value: str | None) -> str:
     return "" if value is None else value
 
 
-def families_of(scrape: Scrape) -> list[Metric]:
-    """Every family /metrics shows, built from one read (no I/O here: tested on its own)."""
+def families_of(scrape: Scrape, waiting: WaitingCalls | None = None) -> list[Metric]:
+    """Every family /metrics shows, built from one read (no I/O here: tested on its own). Without
+    `waiting` (the calls in outcome_unknown one by one) none is listed: all are counted unlisted."""
     out: dict[str, GaugeMetricFamily] = {name: GaugeMetricFamily(name, doc, labels=labels)
                               for name, (doc, labels) in GAUGES.items()}
     out["leasectl_up"].add_metric([], 1)
     out["leasectl_orphaned_agents"].add_metric([], scrape.orphaned_agents)
+    if waiting is None:
+        waiting = WaitingCalls((), sum(r.calls for r in scrape.live if r.state == "outcome_unknown"))
+    for call in waiting.listed[:LISTED_UNKNOWN]:
+        out["leasectl_outcome_unknown_call"].add_metric([call.id, call.tool, call.side_effect], 1)
+    out["leasectl_outcome_unknown_unlisted_calls"].add_metric(
+        [], max(waiting.waiting - min(len(waiting.listed), LISTED_UNKNOWN), 0))
     calls: dict[tuple[str, str], int] = defaultdict(int)
     holders: dict[tuple[str, str, str, str], dict[str, float]] = {}
     unknown: dict[tuple[str, str], int] = {}
@@ -236,7 +287,8 @@ class LeasectlCollector:
     `leasectl_up 0` and nothing else, and that failure is what the cache holds from then on.
     Cached values carry their age (leasectl_data_age_seconds)."""
 
-    def __init__(self, read: Callable[[], Scrape], *, alive: Callable[[], object] | None = None,
+    def __init__(self, read: Callable[[], Scrape | tuple[Scrape, WaitingCalls]], *,
+                 alive: Callable[[], object] | None = None,
                  cache_seconds: float = CACHE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self._read = read
         self._alive = alive
@@ -272,13 +324,14 @@ class LeasectlCollector:
     def _families(self) -> tuple[list[Metric], bool]:
         self.reads += 1
         try:
-            scrape = self._read()
+            answer = self._read()
         except Exception as exc:  # noqa: BLE001 - whatever failed (logged in _down): leasectl_up 0, never a 500
             return self._down(exc), False
         if self.last_error is not None:
             log.warning("database answers again")
         self.last_error = None
-        families = families_of(scrape)
+        scrape, waiting = answer if isinstance(answer, tuple) else (answer, None)
+        families = families_of(scrape, waiting)
         self._never_backwards(families)
         return families, True
 
@@ -561,7 +614,7 @@ def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, ca
     accept = AcceptWaitTotals()  # this exporter's fold of leasectl_accept_wait_seconds
     # reads: a connection killed while idle (a server restart) is made again and read once more
     # (Lane.read), so a database that answers is never reported down
-    collector = LeasectlCollector(lambda: reads.read(lambda conn: metrics.scrape(conn, accept)),
+    collector = LeasectlCollector(lambda: reads.read(lambda conn: (metrics.scrape(conn, accept), waiting_calls(conn))),
                                   alive=lambda: reads.read(ping), cache_seconds=cache_seconds)
     registry = make_registry(collector)
 

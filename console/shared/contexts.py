@@ -9,6 +9,7 @@
     read_only = false            # optional: true refuses every action here (--read-only)
     production = true            # optional: the console's header stands out (colour below)
     colour = "red"               # optional: the header's colour for this context
+    trace_url = "https://tempo.example/trace/{trace_id}"   # optional: a call's trace as a link
 
     [contexts.staging]
     dsn = "postgresql://localhost/leasectl"
@@ -25,6 +26,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote, urlsplit
 
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -39,6 +41,8 @@ CONTEXT_ENV = "LEASECTL_CONTEXT"
 # so that a typo is an error on the command line, not a console that fails to draw its header
 _COLOUR = re.compile(r"^(#[0-9a-fA-F]{6}|[a-z_]+[0-9]{0,3})$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# what a trace_url template holds: the one place the call's trace id goes
+TRACE_ID_FIELD = "{trace_id}"
 
 
 class Context(BaseModel):
@@ -68,6 +72,17 @@ class Context(BaseModel):
                                  f"{value!r}") from None
         return value
 
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_template(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_trace_url(value)
+        return value
+
+    def trace_link(self, trace_id: str | None) -> str | None:
+        """The link to a call's trace here (`trace_url` with the id put in), or None."""
+        return trace_link(self.trace_url, trace_id)
+
     @property
     def header_colour(self) -> str | None:
         """The colour the console's header takes here: the context's own, or red for production."""
@@ -88,6 +103,35 @@ class Context(BaseModel):
         if self.read_dsn:
             shown["read_dsn"] = masked_dsn(self.read_dsn)
         return shown
+
+
+def check_trace_url(template: str) -> str:
+    """A `trace_url` template as the file must give it: an http or https URL with a host, holding
+    `{trace_id}` (the only field: no other braces), no spaces nor control characters (it is written
+    into terminal links). Raises ValueError saying what is wrong."""
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in template):
+        raise ValueError(f"{template!r} holds spaces or control characters: a URL has none")
+    if TRACE_ID_FIELD not in template:
+        raise ValueError(f"{template!r} has no {TRACE_ID_FIELD}: where does the trace id go? "
+                         "(e.g. https://tempo.example/trace/{trace_id})")
+    rest = template.replace(TRACE_ID_FIELD, "")
+    if "{" in rest or "}" in rest:
+        raise ValueError(f"{template!r}: only {TRACE_ID_FIELD} is filled in; another brace is a typo")
+    parts = urlsplit(template.replace(TRACE_ID_FIELD, "0" * 32))
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"{template!r} is not an http or https URL")
+    if not parts.hostname:
+        raise ValueError(f"{template!r} names no host")
+    return template
+
+
+def trace_link(template: str | None, trace_id: str | None) -> str | None:
+    """`template` (a checked trace_url) with the trace id put in wherever it says {trace_id},
+    percent-encoded (a W3C trace id is 32 hex digits, which encode as themselves: the encoding is
+    for whatever else a row may hold); None without a template or a trace."""
+    if not template or not trace_id:
+        return None
+    return template.replace(TRACE_ID_FIELD, quote(trace_id, safe=""))
 
 
 def contexts_path() -> Path:

@@ -51,6 +51,11 @@ class StatementTimedOut(LeasectlError):
     """statement_timeout: the statement itself ran too long."""
 
 
+class PayloadSearchTimedOut(StatementTimedOut):
+    """A `payload:` filter's search ran past the session's statement timeout: the filter's answer
+    is unknown (not "no calls"), and the way out is a narrower filter, not a healthier database."""
+
+
 class ReadOnlySession(LeasectlError):
     """The session is read-only (by --read-only, or the role cannot write): not allowed."""
 

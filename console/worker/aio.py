@@ -61,6 +61,7 @@ from console.worker.calls import (
 from console.worker.context import CallContext
 from console.worker.heartbeat import Heartbeat
 from console.worker.runner import Worker
+from console.worker.tracing import CallSpan
 
 log = logging.getLogger("leasectl.worker")
 
@@ -115,6 +116,16 @@ class AsyncCallContext:
     @property
     def worker_id(self) -> str:
         return self.sync.worker_id
+
+    @property
+    def trace_id(self) -> str | None:
+        """CallContext.trace_id: the call's W3C trace id, or None."""
+        return self.sync.trace_id
+
+    @property
+    def traceparent(self) -> str | None:
+        """CallContext.traceparent: the call's trace and this attempt's span, to send on."""
+        return self.sync.traceparent
 
     @property
     def lease_lost(self) -> bool:
@@ -435,8 +446,23 @@ class AsyncWorker(Worker):
             self._freed.set()
 
     async def _process(self, heartbeat: Heartbeat) -> CallOutcome:
+        """The call's attempt as a span of its trace (console.worker.tracing), ended with its outcome."""
+        span = self.call_span(heartbeat.call)
+        if span.needs_lookup and span.records:
+            await self.off_loop(span.start)  # the span's trace is read first: never on the loop
+        else:
+            span.start()
+        try:
+            outcome = await self._attempt_async(heartbeat, span)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.end(outcome)
+        return outcome
+
+    async def _attempt_async(self, heartbeat: Heartbeat, span: CallSpan) -> CallOutcome:
         call = heartbeat.call
-        ctx = CallContext(self, call, heartbeat)
+        ctx = CallContext(self, call, heartbeat, span)
         actx = AsyncCallContext(self, ctx, heartbeat)
         try:
             try:
@@ -464,9 +490,10 @@ class AsyncWorker(Worker):
         """The handler's answer. With a deadline, waited for until then and one heartbeat interval
         more; past that it is cancelled and abandoned (whatever it returns later is journaled)."""
         handler = self._async_handler_for(call.tool)
-        if call.deadline_at is None:
-            return await handler(ctx)
-        task = asyncio.ensure_future(handler(ctx))
+        with ctx.sync.span.current():  # the attempt's span, current in this task and the handler's
+            if call.deadline_at is None:
+                return await handler(ctx)
+            task = asyncio.ensure_future(handler(ctx))
         while (wait := heartbeat.wait_for_handler()) > 0:
             done, _ = await asyncio.wait({task}, timeout=wait)
             if done:

@@ -90,6 +90,11 @@ class ClaimedCall:
     # the chain the call belongs to (its own id for a first call) and its stage in it
     chain_id: uuid.UUID | None = None
     stage: int = 0
+    # the call's W3C trace id (set at enqueue; a chain's next stage carries it), or None.
+    # trace_known: the claim's row said (a claim statement from before it returned trace_id did
+    # not: console.worker.tracing reads it when it is first needed)
+    trace_id: str | None = None
+    trace_known: bool = True
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ClaimedCall:
@@ -104,6 +109,7 @@ class ClaimedCall:
             previous_side_effect_at=row["side_effect_started_at"],
             previous_request_id=row["external_request_id"],
             chain_id=row.get("chain_id"), stage=row.get("stage") or 0,
+            trace_id=row.get("trace_id"), trace_known="trace_id" in row,
         )
 
     @property

@@ -1,6 +1,7 @@
 """What a handler sees of its call: identity, fencing token, the lease's verdicts, the time left
-before its deadline, and the steps it takes through the shared SQL (a side effect's start, a
-check of an earlier request, the next stage of its chain)."""
+before its deadline, its trace (the `traceparent` to send on: console.worker.tracing), and the
+steps it takes through the shared SQL (a side effect's start, a check of an earlier request, the
+next stage of its chain)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from console.worker.calls import (
     OwnershipUnknown,
     PreconditionLapsed,
 )
+from console.worker.tracing import CallSpan
 
 # what worker/record_check.sql takes as `found`
 CHECK_FOUND = ("done", "not_done", "unknown")
@@ -35,10 +37,13 @@ if TYPE_CHECKING:
 class CallContext:
     """What a handler sees of its call: identity, fencing token, and the lease's verdicts."""
 
-    def __init__(self, worker: CallHost, call: ClaimedCall, heartbeat: Heartbeat) -> None:
+    def __init__(self, worker: CallHost, call: ClaimedCall, heartbeat: Heartbeat,
+                 span: CallSpan | None = None) -> None:
         self.worker = worker
         self.call = call
         self._heartbeat = heartbeat
+        # this attempt as a span of the call's trace
+        self.span = span if span is not None else CallSpan(call, worker.worker_id)
         self.side_effect_started = False
         self.external_request_id: str | None = None
         self.lease_left_at_start: float | None = None
@@ -69,6 +74,17 @@ class CallContext:
     @property
     def worker_id(self) -> str:
         return self.worker.worker_id
+
+    @property
+    def trace_id(self) -> str | None:
+        """The call's W3C trace id (given at enqueue, or its parent's), or None."""
+        return self.span.trace_id
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C `traceparent` to send with a request (the receiver's `traceparent` header): the
+        call's trace, this attempt's span id, sampled. None when the call has no trace."""
+        return self.span.traceparent
 
     @property
     def lease_lost(self) -> bool:

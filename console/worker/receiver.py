@@ -7,7 +7,10 @@ It behaves as docs/seeds.md §000.11 asks of any serious side-effect receiver:
   rejects a lower one (`X-Execution-Fence: 41` after 42 changes nothing, even if well
   authenticated); a sender that names no execution is fenced per object;
 * it remembers each idempotency key's first result and returns it again on a repeat,
-  without a second effect.
+  without a second effect;
+* it keeps the W3C `traceparent` a request came with (the sender's trace and span: a worker's
+  `ctx.traceparent`) on the effect it performed, as a traced service would start its own span
+  under it. A request without one is served as before.
 
 `FencedReceiver` is the in-process logic (used by the demo's threads and by tests);
 `ReceiverServer` and `ReceiverClient` put it behind HTTP so workers in other processes
@@ -53,6 +56,8 @@ class Effect:
     sender: str
     at: float
     result: dict[str, Any]
+    # the W3C traceparent the request came with ("" without one)
+    traceparent: str = ""
 
 
 @dataclass
@@ -83,15 +88,19 @@ class Submission:
     body: dict[str, Any] | None = None
     sender: str = ""
     execution: str = ""
+    traceparent: str = ""  # W3C trace context: the sender's trace and span
 
 
 class Receiver:
     """What a tool calls, in process (`FencedReceiver`) or over HTTP (`ReceiverClient`): the one
-    signature of `submit`; each kind says how it delivers a `Submission`."""
+    signature of `submit`; each kind says how it delivers a `Submission`. `traceparent`: the
+    handler's `ctx.traceparent` (None or "" when the call has no trace)."""
 
     def submit(self, *, object_id: str, idempotency_key: str, fence: int, operation: str,
-               body: dict[str, Any] | None = None, sender: str = "", execution: str = "") -> Response:
-        return self.deliver(Submission(object_id, idempotency_key, fence, operation, body, sender, execution))
+               body: dict[str, Any] | None = None, sender: str = "", execution: str = "",
+               traceparent: str | None = None) -> Response:
+        return self.deliver(Submission(object_id, idempotency_key, fence, operation, body, sender, execution,
+                                       traceparent or ""))
 
     def deliver(self, r: Submission) -> Response:
         raise NotImplementedError
@@ -125,7 +134,7 @@ class FencedReceiver(Receiver):
             result = {"receiver": self.name, "operation": r.operation, "object_id": r.object_id,
                       "confirmation": f"{self.name}-{seq}", "input": r.body or {}}
             effect = Effect(seq, r.object_id, r.idempotency_key, r.fence, r.operation, r.sender, time.time(),
-                            result)
+                            result, r.traceparent)
             self.effects.append(effect)
             self._first_result[r.idempotency_key] = effect
             return Response(result, replayed=False, effect_seq=seq)
@@ -171,6 +180,7 @@ class FencedReceiver(Receiver):
 FENCE_HEADER = "X-Execution-Fence"
 EXECUTION_HEADER = "X-Execution-Id"  # the call whose owners the fence orders
 KEY_HEADER = "Idempotency-Key"
+TRACEPARENT_HEADER = "traceparent"  # W3C trace context
 
 
 class ReceiverServer:
@@ -213,7 +223,8 @@ class ReceiverServer:
                     return
                 request = {"object_id": body.get("object_id", ""), "idempotency_key": key,
                            "fence": fence, "operation": body.get("operation", ""),
-                           "sender": body.get("sender", ""), "execution": self.headers.get(EXECUTION_HEADER, "")}
+                           "sender": body.get("sender", ""), "execution": self.headers.get(EXECUTION_HEADER, ""),
+                           "traceparent": self.headers.get(TRACEPARENT_HEADER, "")}
                 try:
                     response = server.receiver.submit(body=body.get("input"), **request)
                 except StaleFence as exc:
@@ -275,7 +286,8 @@ class ReceiverClient(Receiver):
         request = urllib.request.Request(
             f"{self.url}/requests", data=data, method="POST",
             headers={"Content-Type": "application/json", FENCE_HEADER: str(r.fence),
-                     KEY_HEADER: r.idempotency_key, EXECUTION_HEADER: r.execution},
+                     KEY_HEADER: r.idempotency_key, EXECUTION_HEADER: r.execution,
+                     **({TRACEPARENT_HEADER: r.traceparent} if r.traceparent else {})},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:

@@ -69,6 +69,13 @@ stage this call's child (same chain, stage + 1, a deadline no later than this on
 result enqueues nothing; a chain with a cancel request keeps the result and starts no stage
 (CallOutcome.next_stage_id is None).
 
+Traces. Every attempt is a span of the call's W3C trace (the trace it was enqueued with, carried
+to a chain's next stage): `ctx.traceparent` is what to send with a request (`traceparent` header:
+the call's trace, the attempt's own span id, sampled), `ctx.trace_id` the trace. With
+opentelemetry-api installed and a tracer provider configured (`tracer_provider=`, else the global
+one) the attempt is a recorded span carrying the call id, tool, fencing token and attempt, current
+while the handler runs; without it nothing changes (console.worker.tracing).
+
 Concurrency. `Worker(..., concurrency=N)` runs up to N calls at once in one process, each on a
 thread of its own, with ONE connection for claims and writes and ONE for heartbeats and events,
 whatever N (PostgreSQL copes with hundreds of connections, not with one per running call). The
@@ -137,6 +144,7 @@ from console.worker.calls import (
 )
 from console.worker.context import CallContext, Handler
 from console.worker.heartbeat import Heartbeat, Renewals, RenewalStats
+from console.worker.tracing import CallSpan
 
 log = logging.getLogger("leasectl.worker")
 
@@ -176,7 +184,8 @@ class _HandlerRun:
 
     def __call__(self) -> None:
         try:
-            self.result = self.handler(self.ctx)
+            with self.ctx.span.current():  # the attempt's span, current on this thread too
+                self.result = self.handler(self.ctx)
         except BaseException as exc:  # noqa: BLE001 - handed to the call's thread, which raises it again
             self.error = exc
         with self._lock:
@@ -263,6 +272,9 @@ class Worker:
     partitioned: threading.Event = field(default_factory=threading.Event)
     # calls in flight at once in this process (one thread each); connections stay two
     concurrency: int = 1
+    # OpenTelemetry's TracerProvider for the attempts' spans (console.worker.tracing); None: the
+    # global one. Unused without opentelemetry-api installed
+    tracer_provider: Any = None
     # the two connections (console.db.lane: each made again after a loss, with the one backoff);
     # the heartbeat's is its own, so that no claim or write, however slow, holds up a renewal
     _main: Lane = field(init=False, repr=False)
@@ -563,10 +575,34 @@ class Worker:
                 chain: bool | Callable[[], bool] = False) -> CallOutcome:
         """Run the tool and record its outcome. With `chain` (or when it answers True at the moment
         of completing), a successful completion also claims the next call in the same transaction
-        (returned as CallOutcome.next_call)."""
+        (returned as CallOutcome.next_call). The attempt is a span of the call's trace
+        (console.worker.tracing), ended with the outcome."""
+        span = self.call_span(call)
+        span.start()
+        try:
+            outcome = self._attempt(call, claimed_at, lease_left, span, chain=chain)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.end(outcome)
+        return outcome
+
+    def call_span(self, call: ClaimedCall) -> CallSpan:
+        """The attempt's span; the call's trace read from the database when first needed, if the
+        claim's row did not carry it."""
+        return CallSpan(call, self.worker_id, lookup=lambda: self.trace_of(call),
+                        tracer_provider=self.tracer_provider)
+
+    def trace_of(self, call: ClaimedCall) -> str | None:
+        """The call's trace id as the database has it (for a claim statement that did not return it)."""
+        row = self.write("views/job", job_id=call.id)
+        return None if row is None else row["trace_id"]
+
+    def _attempt(self, call: ClaimedCall, claimed_at: float, lease_left: float, span: CallSpan, *,
+                 chain: bool | Callable[[], bool] = False) -> CallOutcome:
         heartbeat = Heartbeat(self._renewals, call, claimed_at, lease_left)
         heartbeat.start()
-        ctx = CallContext(self, call, heartbeat)
+        ctx = CallContext(self, call, heartbeat, span)
         try:
             try:
                 result = self._run_handler(call, ctx, heartbeat)
@@ -589,7 +625,8 @@ class Worker:
         (time for a handler told at the deadline to stop): past that it is abandoned."""
         handler = self._handler_for(call.tool)
         if call.deadline_at is None:
-            return handler(ctx)
+            with ctx.span.current():
+                return handler(ctx)
         run = _HandlerRun(handler, ctx, late=self._late)
         threading.Thread(target=run, daemon=True, name=f"handler-{self.worker_id}-{call.short_id}").start()
         while (wait := heartbeat.wait_for_handler()) > 0:

@@ -16,15 +16,17 @@
 --   instant itself, so every age is measured there; a call running at T past its deadline was
 --   `past_deadline` then (migration 0014).
 --   Filters: tool, agent, key_prefix, id, model, provider, side_effect, chain, parent, session,
---   trace_prefix, priority select calls by what never changes; state, owner and health apply to the
+--   trace_prefix, priority and payload select calls by what never changes; state, owner and health apply to the
 --   rebuilt call (as it was at T). created_from (null: every call): only the calls created at or
 --   after it -- once history was archived, the calls created before the online history begins are
 --   left out (their events are archived; console/core/history.py says when that is allowed).
 -- Zero rows: no call existed at that instant, or none matches.
 -- Parameters: at, tool, agent, key_prefix, id_low, id_high, model, provider, side_effect, chain_low,
---   chain_high, parent_low, parent_high, session, trace_prefix, priority, state, owner, health,
---   before_created, before_id, limit, created_from
--- Optional: chain_low, chain_high, parent_low, parent_high, session, trace_prefix, priority, created_from
+--   chain_high, parent_low, parent_high, session, trace_prefix, priority, payload_path, payload_vars,
+--   payload_text, state, owner, health, before_created, before_id, limit, created_from (payload_*: as
+--   views/jobs.sql takes them)
+-- Optional: chain_low, chain_high, parent_low, parent_high, session, trace_prefix, priority, created_from,
+--   payload_path, payload_vars, payload_text
 with clock as materialized (
     select :at::timestamptz as t, leasectl_json_time(:at::timestamptz) as t_json
 ),
@@ -40,30 +42,42 @@ tool_facts as materialized (
     from clock, leasectl_tool_cutoffs(clock.t) u
     join tools t on t.name = u.tool
 ),
+-- the calls the rest of the filter selects, newest first; `payload:` is tested only on these, outside
+-- the fenced subquery, as they stream out in order (views/jobs.sql says why: the same shape). A
+-- call's payload never changes (LCS05): the payload of now is the payload at T.
 page as materialized (
-    select j.id, j.tool, j.idempotency_key, j.payload_hash, pg_column_size(j.payload) as payload_size,
-           j.agent_id, j.session_id, j.model, j.provider, j.created_at, j.deadline_at,
-           j.parent_id, j.chain_id, j.stage, j.priority, j.accepted_at, j.trace_id
-    from tool_jobs j
-    where j.created_at <= :at::timestamptz  -- the instant itself, not the CTE: an index condition
-      and (:created_from::timestamptz is null or j.created_at >= :created_from::timestamptz)
-      and (:tool::text is null or j.tool = :tool::text)
-      and (:agent::text is null or j.agent_id = :agent::text)
-      and (:key_prefix::text is null
-           or (j.idempotency_key >= :key_prefix::text
-               and j.idempotency_key < :key_prefix::text || chr(1114111)))
-      and (:id_low::uuid is null or j.id between :id_low::uuid and :id_high::uuid)
-      and (:model::text is null or j.model = :model::text)
-      and (:provider::text is null or j.provider = :provider::text)
-      and (:side_effect::text is null or j.tool in (select name from tools where side_effect = :side_effect::text))
-      and (:chain_low::uuid is null or j.chain_id between :chain_low::uuid and :chain_high::uuid)
-      and (:parent_low::uuid is null or j.parent_id between :parent_low::uuid and :parent_high::uuid)
-      and (:session::text is null or j.session_id = :session::text)
-      and (:trace_prefix::text is null or starts_with(j.trace_id, :trace_prefix::text))
-      and (:priority::smallint is null or j.priority = :priority::smallint)
-      and (:before_created::timestamptz is null
-           or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
-    order by j.created_at desc, j.id desc
+    select c.id, c.tool, c.idempotency_key, c.payload_hash, c.payload_size, c.agent_id, c.session_id,
+           c.model, c.provider, c.created_at, c.deadline_at, c.parent_id, c.chain_id, c.stage, c.priority,
+           c.accepted_at, c.trace_id
+    from (
+        select j.id, j.tool, j.idempotency_key, j.payload_hash, pg_column_size(j.payload) as payload_size,
+               j.agent_id, j.session_id, j.model, j.provider, j.created_at, j.deadline_at,
+               j.parent_id, j.chain_id, j.stage, j.priority, j.accepted_at, j.trace_id, j.payload
+        from tool_jobs j
+        where j.created_at <= :at::timestamptz  -- the instant itself, not the CTE: an index condition
+          and (:created_from::timestamptz is null or j.created_at >= :created_from::timestamptz)
+          and (:tool::text is null or j.tool = :tool::text)
+          and (:agent::text is null or j.agent_id = :agent::text)
+          and (:key_prefix::text is null
+               or (j.idempotency_key >= :key_prefix::text
+                   and j.idempotency_key < :key_prefix::text || chr(1114111)))
+          and (:id_low::uuid is null or j.id between :id_low::uuid and :id_high::uuid)
+          and (:model::text is null or j.model = :model::text)
+          and (:provider::text is null or j.provider = :provider::text)
+          and (:side_effect::text is null or j.tool in (select name from tools where side_effect = :side_effect::text))
+          and (:chain_low::uuid is null or j.chain_id between :chain_low::uuid and :chain_high::uuid)
+          and (:parent_low::uuid is null or j.parent_id between :parent_low::uuid and :parent_high::uuid)
+          and (:session::text is null or j.session_id = :session::text)
+          and (:trace_prefix::text is null or starts_with(j.trace_id, :trace_prefix::text))
+          and (:priority::smallint is null or j.priority = :priority::smallint)
+          and (:before_created::timestamptz is null
+               or (j.created_at, j.id) < (:before_created::timestamptz, :before_id::uuid))
+        order by j.created_at desc, j.id desc
+        offset 0
+    ) c
+    where (:payload_path::jsonpath is null
+           or jsonb_path_exists(c.payload, :payload_path::jsonpath, :payload_vars::jsonb, true))
+      and (:payload_text::text is null or strpos(lower(c.payload::text), lower(:payload_text::text)) > 0)
     -- a filter on what is rebuilt (state, owner, health as they were) needs every call rebuilt
     -- first: no limit here then (the statement timeout bounds it, never a silent cut)
     limit case when :state::text is null and :owner::text is null and :health::text is null

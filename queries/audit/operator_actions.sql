@@ -11,7 +11,10 @@
 --   (migration 0018) fleet_events shutdown_accepted / shutdown_declined (action accept or
 --   decline, applied; details.mode and proposed_by), and retention's removal of an archived month
 --   (migration 0021) fleet_events history_archived (action retention, applied; details.month,
---   rows, first_id, last_id, sha256, file). An agent's own refused proposal is not an
+--   rows, first_id, last_id, sha256, file), and a bulk operation's start and stop (migration 0023)
+--   fleet_events bulk_started (action bulk, applied) and bulk_stop_requested / bulk_stop_refused
+--   (action bulk_stop, applied or refused; details.operation_id, total, done; each call it acted on
+--   is its own operator_* row whose details.batch_id is the operation's id). An agent's own refused proposal is not an
 --   operator's action and is left out. Filters
 --   combine; each null means no filter. A call's agent is tool_jobs.agent_id (it never changes);
 --   a shutdown's agent is the subtree's root; job_id selects calls only (a shutdown is no call's).
@@ -61,15 +64,18 @@ fleet as (
                        when 'operator_revoke' then 'revoke'
                        when 'shutdown_accepted' then 'accept' when 'shutdown_declined' then 'decline'
                        when 'history_archived' then 'retention'
+                       when 'bulk_started' then 'bulk'
+                       when 'bulk_stop_requested' then 'bulk_stop' when 'bulk_stop_refused' then 'bulk_stop'
                        else f.details ->> 'mode' end as action,
-           case when f.kind = 'shutdown_refused' then 'refused' else 'applied' end as outcome,
+           case when f.kind in ('shutdown_refused', 'bulk_stop_refused') then 'refused' else 'applied' end as outcome,
            null::uuid as job_id, f.agent_id, f.reason, f.request_id, null::bigint as fencing_token,
            f.details || jsonb_strip_nulls(jsonb_build_object('shutdown_id', f.shutdown_id,
                                                              'grant_id', f.grant_id)) as details,
            'fleet' as source, f.db_role
     from fleet_events f
     where f.kind in ('shutdown_requested', 'shutdown_refused', 'tool_paused', 'tool_resumed', 'operator_revoke',
-                     'shutdown_accepted', 'shutdown_declined', 'history_archived')
+                     'shutdown_accepted', 'shutdown_declined', 'history_archived', 'bulk_started',
+                     'bulk_stop_requested', 'bulk_stop_refused')
       and not (f.kind = 'shutdown_refused' and f.details ? 'proposal')
       and :job_id::uuid is null
       and (:operator::text is null or f.actor = :operator::text)
@@ -81,9 +87,11 @@ fleet as (
                           when 'operator_revoke' then 'revoke'
                        when 'shutdown_accepted' then 'accept' when 'shutdown_declined' then 'decline'
                        when 'history_archived' then 'retention'
+                       when 'bulk_started' then 'bulk'
+                       when 'bulk_stop_requested' then 'bulk_stop' when 'bulk_stop_refused' then 'bulk_stop'
                        else f.details ->> 'mode' end = :action::text)
       and (:outcome::text is null
-           or case when f.kind = 'shutdown_refused' then 'refused' else 'applied' end = :outcome::text)
+           or case when f.kind in ('shutdown_refused', 'bulk_stop_refused') then 'refused' else 'applied' end = :outcome::text)
     order by f.at desc, f.id desc
     limit :limit::integer
 )

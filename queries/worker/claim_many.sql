@@ -107,5 +107,5 @@ where j.id = c.id
   and t.name = j.tool
 returning j.id, j.payload, j.fencing_token, j.lease_until, j.attempt, j.tool,
           j.side_effect_started_at, j.external_request_id, j.idempotency_key, j.deadline_at,
-          j.agent_id, j.chain_id, j.stage, t.side_effect, t.heartbeat_seconds, t.lease_seconds, t.jitter_seconds,
-          now() as db_now
+          j.agent_id, j.chain_id, j.stage, j.trace_id, t.side_effect, t.heartbeat_seconds, t.lease_seconds,
+          t.jitter_seconds, now() as db_now

@@ -96,11 +96,21 @@ def test_a_bad_filter_is_bad_input_with_the_grammar(calls, where, says):
     assert not batch_journal(conn)
 
 
-def test_more_calls_than_the_limit_is_bad_input(calls, monkeypatch):
+def test_up_to_the_limit_a_bulk_action_is_sent_at_once_without_an_operation(calls):
+    """Up to 1,000 calls nothing changes: sent at once, no bulk operation (tests/db/test_bulk_operations.py
+    has what happens over it)."""
     db, conn, _, _ = calls
-    monkeypatch.setattr(bulk, "LIMIT", 5)
+    result = invoke(db, "cancel", "--where", "tool:search", "--reason", "x", "--yes")
+    assert result.exit_code == 0 and "9 applied" in result.output and "bulk operation" not in result.output
+    assert conn.execute("select count(*) as n from bulk_operations").fetchone()["n"] == 0
+
+
+def test_more_calls_than_an_operation_takes_is_bad_input(calls, monkeypatch):
+    db, conn, _, _ = calls
+    monkeypatch.setattr(bulk, "OPERATION_LIMIT", 5)
     result = invoke(db, "cancel", "--where", "tool:search", "--reason", "x", "--yes")
     assert result.exit_code == 2 and "more than 5 calls" in result.output and not batch_journal(conn)
+    assert conn.execute("select count(*) as n from bulk_operations").fetchone()["n"] == 0
 
 
 def test_one_call_or_a_filter_not_both_and_not_a_token(calls):

@@ -83,7 +83,7 @@ def test_show_json_carries_the_chain_priority_acceptance_trace_and_check(db, con
     assert datetime.fromisoformat(shown["accepted_at"]) == accepted and shown["check"] is None
     made = cli(db, "show", child[:13], "--json")
     assert (made["parent_id"], made["chain_id"], made["stage"], made["priority"], made["trace_id"]) == \
-        (parent, parent, 1, 0, None)
+        (parent, parent, 1, 0, TRACE)  # its parent's trace (migration 0024)
     assert datetime.fromisoformat(made["accepted_at"]) == datetime.fromisoformat(made["created_at"])
     checked = cli(db, "show", erp, "--json")["check"]
     assert set(checked) == {"found", "checked_at", "token"}

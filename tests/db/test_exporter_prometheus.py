@@ -1,7 +1,10 @@
 """The exporter against the real Prometheus tools (Debian's prometheus package; `make test`
 installs it through `make tools`): `promtool check metrics` on the real output, a real Prometheus
 server on loopback scraping `leasectl metrics serve` and answering a query through its HTTP API,
-and the example alert rules (docs/alerts.yml) checked, unit-tested and evaluated by that server."""
+and the example alert rules (docs/alerts.yml) checked, unit-tested and evaluated by that server.
+
+The alerting tier (tests/alerting) shares the helpers below: tool_path, free_port, http_get,
+start_exporter, query and the prometheus_server fixture."""
 
 from __future__ import annotations
 
@@ -28,30 +31,31 @@ ALERTS = ROOT / "docs" / "alerts.yml"
 MISSING = "Debian's prometheus package (promtool, prometheus) is not installed and could not be: `make tools` installs it"
 
 
-def _tool(name: str) -> str:
+def tool_path(name: str, missing: str = MISSING) -> str:
+    """The binary's path, or the test skips saying why (`missing`)."""
     found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
     if found is None:
-        pytest.skip(f"{name} not found: {MISSING}")
+        pytest.skip(f"{name} not found: {missing}")
     return found
 
 
 @pytest.fixture
 def promtool() -> str:
-    return _tool("promtool")
+    return tool_path("promtool")
 
 
 @pytest.fixture
 def prometheus_bin() -> str:
-    return _tool("prometheus")
+    return tool_path("prometheus")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _get(url: str) -> str:
+def http_get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read().decode()
 
@@ -64,7 +68,7 @@ def test_promtool_check_metrics_passes_on_the_real_output(db, promtool):
         enqueue(conn, 'we"ird\\tool\nname', model="модель-ü", provider='pro"vider')
     running = exporter.start(db.dsn, "127.0.0.1:0", cache_seconds=0, fold_every=None)
     try:
-        text = _get(running.url)
+        text = http_get(running.url)
     finally:
         running.stop()
     for family in ("leasectl_up", "leasectl_calls", "leasectl_oldest_heartbeat_age_seconds",
@@ -84,7 +88,7 @@ def test_promtool_check_metrics_passes_when_the_database_is_down(promtool):
     running = exporter.start("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", "127.0.0.1:0",
                              cache_seconds=0, fold_every=None)
     try:
-        text = _get(running.url)
+        text = http_get(running.url)
     finally:
         running.stop()
     assert "leasectl_up 0.0" in text
@@ -96,7 +100,7 @@ def test_the_alert_rules_are_valid(promtool):
     checked = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     rules = sum(1 for line in ALERTS.read_text().splitlines() if line.strip().startswith("- alert:"))
-    assert rules == 9 and f"SUCCESS: {rules} rules found" in checked.stdout, checked.stdout
+    assert rules == 10 and f"SUCCESS: {rules} rules found" in checked.stdout, checked.stdout
 
 
 def _description(alert: str) -> str:
@@ -164,11 +168,14 @@ def test_the_alert_rules_fire_on_the_seeds_signals(promtool, tmp_path):
 # ----------------------------------------------------------------------------- a real Prometheus
 
 
-def _start_exporter(dsn: str) -> tuple[subprocess.Popen, str]:
+EXPORTER_CACHE_SECONDS = 0.5  # start_exporter's --cache-seconds: how stale a scrape's values may be
+
+
+def start_exporter(dsn: str) -> tuple[subprocess.Popen, str]:
     """`leasectl metrics serve` as a user runs it, on a free port it reports on its first line."""
     proc = subprocess.Popen([sys.executable, "-m", "console", "metrics", "serve", "--listen", "127.0.0.1:0",
-                             "--cache-seconds", "0.5", "--dsn", dsn], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--cache-seconds", str(EXPORTER_CACHE_SECONDS), "--dsn", dsn], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("serving "):
@@ -179,16 +186,22 @@ def _start_exporter(dsn: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.fixture
 def prometheus_server(prometheus_bin, tmp_path) -> Iterator:
+    """start(target) runs a Prometheus scraping `target` every second with docs/alerts.yml, and
+    answers its base URL; `labels` go to the target (the `context` label, say), `alertmanager`
+    (HOST:PORT) is where its alerts go, `rule_files` replace docs/alerts.yml."""
     started: list[subprocess.Popen] = []
 
-    def start(target: str) -> str:
-        port = _free_port()
+    def start(target: str, *, labels: dict[str, str] | None = None, alertmanager: str | None = None,
+              rule_files: list[Path] | None = None) -> str:
+        port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(json.dumps({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ALERTS)],
+            "rule_files": [str(path) for path in rule_files or [ALERTS]],
             "scrape_configs": [{"job_name": "leasectl", "metrics_path": "/metrics",
-                                "static_configs": [{"targets": [target]}]}],
+                                "static_configs": [{"targets": [target], "labels": labels or {}}]}],
+            **({"alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}}
+               if alertmanager else {}),
         }))
         log = (tmp_path / "prometheus.log").open("w")
         proc = subprocess.Popen([prometheus_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
@@ -206,9 +219,9 @@ def prometheus_server(prometheus_bin, tmp_path) -> Iterator:
             proc.wait(timeout=5)
 
 
-def _query(base: str, promql: str) -> list[dict]:
+def query(base: str, promql: str) -> list[dict]:
     try:
-        answer = json.loads(_get(f"{base}/api/v1/query?query={urllib.parse.quote(promql)}"))
+        answer = json.loads(http_get(f"{base}/api/v1/query?query={urllib.parse.quote(promql)}"))
     except OSError:
         return []  # not listening yet
     assert answer["status"] == "success", answer
@@ -218,24 +231,24 @@ def _query(base: str, promql: str) -> list[dict]:
 def test_a_real_prometheus_scrapes_the_exporter_and_answers_a_query(db, prometheus_server, tmp_path):
     with db.connect() as conn:
         load_fixed_scenario(conn)  # two calls wait in outcome_unknown: an ERP update and a payment
-    proc, url = _start_exporter(db.dsn)
+    proc, url = start_exporter(db.dsn)
     try:
         base = prometheus_server(urllib.parse.urlparse(url).netloc)
-        found = wait_until(lambda: _query(base, "leasectl_outcome_unknown_calls"), timeout=90,
+        found = wait_until(lambda: query(base, "leasectl_outcome_unknown_calls"), timeout=90,
                            what="Prometheus to scrape leasectl (log: " + str(tmp_path / "prometheus.log") + ")")
         values = {(r["metric"]["tool"], r["metric"]["side_effect"]): float(r["value"][1]) for r in found}
         assert values[("payment_capture", "mutating_unverifiable")] == 1
         assert values[("erp_update_order", "mutating_verifiable")] == 1
         assert values[("web_search", "read_only")] == 0
         assert all(r["metric"]["job"] == "leasectl" for r in found)
-        total = _query(base, "sum(leasectl_outcome_unknown_calls)")
+        total = query(base, "sum(leasectl_outcome_unknown_calls)")
         assert float(total[0]["value"][1]) == 2
         # the example rule sees the same: the unknown outcomes are pending (for: 1m) or firing
-        alerts = wait_until(lambda: [a for a in json.loads(_get(f"{base}/api/v1/alerts"))["data"]["alerts"]
+        alerts = wait_until(lambda: [a for a in json.loads(http_get(f"{base}/api/v1/alerts"))["data"]["alerts"]
                                      if a["labels"]["alertname"] == "LeasectlOutcomeUnknown"], timeout=60,
                             what="the LeasectlOutcomeUnknown rule to be evaluated")
         assert {a["labels"]["tool"] for a in alerts} == {"payment_capture", "erp_update_order"}
-        up = _query(base, 'up{job="leasectl"}')
+        up = query(base, 'up{job="leasectl"}')
         assert float(up[0]["value"][1]) == 1
     finally:
         proc.terminate()

@@ -2,7 +2,11 @@
 the database (queries/views/jobs.sql: the Calls screen, `leasectl jobs`), in memory (`matches`:
 Triage and Approvals), through `leasectl jobs --where`, through a bulk action's `--where` (its
 snapshot), and in the past (queries/audit/jobs_at.sql: `jobs --at`). The console's `/` is held to
-the same calls by tests/tui/test_filter_keys.py."""
+the same calls by tests/tui/test_filter_keys.py.
+
+`payload:` is the one key the screens that filter in memory do not take (a JobSummary carries no
+payload): its calls are held to the reference reading of tests/db/test_payload_filter.py instead of
+`matches`, everywhere else alike."""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from console.db import bulk, reads
 from console.db.audit import jobs_at
 from console.db.connect import run_one
 from console.operator.cli import app
+from console.shared.errors import BadInput
+from tests.db.test_payload_filter import reference_match
 from tests.helpers import (
     FAST,
     claim,
@@ -45,6 +51,9 @@ FILTERS = {
     "session": "session:s-9",
     "trace": "trace:4BF92F35",  # a prefix, in capitals: trace ids are lower-case hex
     "priority": "priority:5",
+    "payload": "payload:$.invoice=INV-7",  # erp:1's invoice exactly, not pay:1's INV-70
+    "payload text": "payload:inv-7",  # both, in any case
+    "payload and another key": "tool:pay payload:inv-7",
     "bare state": "queued",
     "bare health": "lease_expired",
     "health past_deadline": "health:past_deadline",
@@ -55,7 +64,7 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 def enqueue_with(conn, tool: str, key: str, **chain: object) -> str:
     """worker/enqueue.sql with its chain parameters (parent_id, priority, trace_id, ...)."""
-    row = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb({"n": 1}),
+    row = run_one(conn, "worker/enqueue", tool=tool, idempotency_key=key, payload=Jsonb(chain.pop("payload", {"n": 1})),
                   agent_id=chain.pop("agent_id", None), session_id=chain.pop("session_id", None),
                   deadline_at=chain.pop("deadline_at", None), model=chain.pop("model", None),
                   provider=chain.pop("provider", None), **chain)
@@ -75,9 +84,10 @@ def calls(db):
                        provider="openai")["id"],
                enqueue(conn, "search", "report:42:stage:2", agent_id="planner-7", model="claude-4",
                        provider="anthropic", session_id="s-9")["id"],
-               enqueue_with(conn, "erp", "erp:1", agent_id="ops-1", model="gpt-5.1", provider="openai", priority=5),
+               enqueue_with(conn, "erp", "erp:1", agent_id="ops-1", model="gpt-5.1", provider="openai", priority=5,
+                            payload={"invoice": "INV-7", "amount": 120}),
                enqueue_with(conn, "pay", "pay:1", agent_id="ops-1", model="claude-4", provider="anthropic",
-                            trace_id=TRACE),
+                            trace_id=TRACE, payload={"invoice": "INV-70", "amount": 120}),
                enqueue(conn, "quick", "quick:1", model="gpt-5.1", provider="openai")["id"]]
         deadline = conn.execute("select now() + interval '1.5 seconds' as t").fetchone()["t"]
         ids.append(enqueue_with(conn, "late", "late:1", deadline_at=deadline))
@@ -97,9 +107,17 @@ def calls(db):
 
 
 def expected_ids(conn, text: str) -> set[str]:
+    """The calls `text` selects in memory (`matches`); a payload: term by the reference reading of
+    each call's payload (tests/db/test_payload_filter.py), which `matches` refuses to guess."""
     everything = reads.jobs(conn, limit=100)
     f = parse_filter(text)
-    return {str(j.id) for j in everything if f.matches(j)}
+    term = f.payload_term
+    if term is None:
+        return {str(j.id) for j in everything if f.matches(j)}
+    payloads = {str(r["id"]): (r["payload"], r["payload_text"])
+                for r in conn.execute("select id, payload, payload::text as payload_text from tool_jobs").fetchall()}
+    rest = f.model_copy(update={"payload": None})
+    return {str(j.id) for j in everything if rest.matches(j) and reference_match(term, *payloads[str(j.id)])}
 
 
 @pytest.fixture
@@ -124,6 +142,13 @@ def filters_for(ids) -> dict[str, str]:
 
 def test_every_key_of_the_grammar_is_in_this_test():
     assert {k for k in FILTERS if " " not in k} == set(KEYS) - {"at"}, "a new key needs its line in FILTERS"
+
+
+def test_the_in_memory_reading_refuses_payload_rather_than_guess(calls):
+    conn, _ = calls
+    job = reads.jobs(conn, limit=1)[0]
+    with pytest.raises(BadInput, match="payload: is searched in the database"):
+        parse_filter("payload:$.invoice=INV-7").matches(job)
 
 
 def test_the_chain_keys_select_what_they_say(calls):

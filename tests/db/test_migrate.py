@@ -189,8 +189,15 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         assert report.applied == ["0012_trust_boundary", "0013_fleet_trust", "0014_chains", "0015_trust_third_walk",
                                   "0016_fair_share", "0017_operator_revoke",
                                   "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch",
-                                  "0021_job_events_partitioned"]
+                                  "0021_job_events_partitioned", "0022_saved_views", "0023_bulk_operations",
+                                  "0024_trace_inherit"]
         assert report.version == known_version()
+        # 0022: saved views begin empty, under row level security keyed on the login
+        assert rows("saved_views") == []
+        assert conn.execute("select relrowsecurity as rls from pg_class where oid = 'saved_views'::regclass"
+                            ).fetchone()["rls"]
+        # 0023: no bulk operation yet
+        assert rows("bulk_operations") == []
         # 0020: never raised on an upgraded database, so every claim searches for expired leases
         # as the release before did, until a supervisor's sweep raises the watch
         assert conn.execute("select next_expiry = '-infinity' as never from leasectl_lease_watch"

@@ -40,7 +40,8 @@ def make_handler(receiver_url: str):
         else:
             request_id = ctx.start_side_effect()
         reply = client.submit(object_id=obj, idempotency_key=ctx.idempotency_key, fence=ctx.fencing_token,
-                              operation=ctx.call.tool, sender=ctx.worker_id, body={"request": request_id})
+                              operation=ctx.call.tool, sender=ctx.worker_id, body={"request": request_id},
+                              traceparent=ctx.traceparent)
         print(f"SENT {ctx.call.id} {ctx.fencing_token}", flush=True)
         time.sleep(float(payload.get("work_seconds", 0)))
         return {"confirmation": reply.result["confirmation"], "by": ctx.worker_id}

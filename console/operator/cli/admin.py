@@ -139,7 +139,8 @@ def screenshots(
         with connect(dsn) as conn:
             run_migrations(conn)
             load_fixed_scenario(conn)
-        for shot in SHOTS:
+        # the prepared ones last: what they add to the scenario is in no other picture
+        for shot in sorted(SHOTS, key=lambda s: s.prepare is not None):
             path = asyncio.run(capture(dsn, shot, directory))
             out.print(f"{escape(str(path))}  [dim]{escape(shot.title)}[/]")
 

@@ -16,6 +16,7 @@ from console.core.models import TERMINAL_STATES, Applied
 from console.db import actions, bulk, reads
 from console.db.connect import Conn
 from console.operator import present
+from console.operator.cli.bulk import finish, work_here
 from console.operator.cli.common import (
     DsnOption,
     JobArgument,
@@ -25,6 +26,7 @@ from console.operator.cli.common import (
     YesOption,
     answer,
     app,
+    chosen_context,
     confirm,
     connect_for_acting,
     connect_for_reading,
@@ -37,6 +39,7 @@ from console.operator.cli.common import (
     typed_confirmation,
 )
 from console.operator.present import bulk as present_bulk
+from console.shared.contexts import trace_link
 from console.shared.errors import EXIT_REFUSED, BadInput
 from console.shared.text import sanitize
 
@@ -44,9 +47,13 @@ TokenOption = Annotated[int | None, typer.Option("--token", min=0, help="The fen
                                                  "action is refused if it changed (no question asked)")]
 OptionalJob = Annotated[str | None, typer.Argument(help="Call id, or a unique prefix of it (or use --where)",
                                                    show_default=False)]
-WhereOption = Annotated[str | None, typer.Option("--where", help="Every call this filter selects (at most 1,000), "
-                                                 "e.g. 'state:running tool:web_search health:zombie'",
+WhereOption = Annotated[str | None, typer.Option("--where", help="Every call this filter selects, e.g. "
+                                                 "'state:running tool:web_search health:zombie' (over 1,000 calls: "
+                                                 "a bulk operation, worked in batches, resumable; `leasectl bulk`)",
                                                  show_default=False)]
+BackgroundOption = Annotated[bool, typer.Option("--background", help="With --where: start a bulk operation the "
+                                                "supervisor works (whatever the count) and return; `leasectl bulk "
+                                                "status ID` follows it")]
 
 
 T = TypeVar("T")
@@ -118,10 +125,13 @@ def show(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None) -
     _, found = _of_one_call(job, dsn, reads.job_document if as_json else reads.job)
     if found is None:  # deleted between the two reads
         raise BadInput(f"no call {job}")
+    # the context's trace_url makes the call's trace a link (null without a template or a trace)
+    context = chosen_context()
+    template = context.trace_url if context is not None else None
     if as_json:
-        print_json(found.model_dump(mode="json"))
+        print_json({**found.model_dump(mode="json"), "trace_url": trace_link(template, found.trace_id)})
         return
-    out.print(present.job_panel(found))
+    out.print(present.job_panel(found, trace_url=template))
 
 
 @app.command()
@@ -138,7 +148,7 @@ def history(job: JobArgument, as_json: JsonOption = False, dsn: DsnOption = None
 
 
 def _act(action: str, job: str | None, where: str | None, reason: str, token: int | None, operator: str | None,
-         yes: bool, dsn: str | None, chain: bool = False, **choices: object) -> None:
+         yes: bool, dsn: str | None, chain: bool = False, background: bool = False, **choices: object) -> None:
     spec = action_named(action)
     if chain:
         if job is None or where is not None or token is not None:
@@ -160,8 +170,10 @@ def _act(action: str, job: str | None, where: str | None, reason: str, token: in
     if where is not None:
         if token is not None:
             raise BadInput("--token guards one call; with --where each call is guarded by the token read for it")
-        _bulk(spec, where, reason, operator, yes, dsn, **choices)
+        _bulk(spec, where, reason, operator, yes, dsn, background=background, **choices)
         return
+    if background:
+        raise BadInput("--background starts a bulk operation: it goes with --where FILTER (or --chain)")
     assert job is not None
     who = operator_option(operator)
     with connect_for_acting(dsn, spec.command) as conn:
@@ -181,15 +193,18 @@ def _act(action: str, job: str | None, where: str | None, reason: str, token: in
 
 
 def _bulk(spec: ActionSpec, where: str, reason: str, operator: str | None, yes: bool, dsn: str | None,
-          **choices: object) -> None:
-    """Every call the filter selects (at most 1,000), each guarded by the state and token read for
-    it in one snapshot; the count typed to confirm. Exit 0 when every call was applied, 3 when any
-    was refused, failed or skipped (the summary says which), 2 for a bad filter or too many calls."""
+          background: bool = False, **choices: object) -> None:
+    """Every call the filter selects, each guarded by the state and token read for it in one
+    snapshot; the count typed to confirm. Up to 1,000 calls they are sent at once; over 1,000 (or
+    with --background) the plan becomes a bulk operation (console/operator/cli/bulk.py), worked here
+    in batches with its progress, or by the supervisor with --background. Exit 0 when every call was
+    applied (or the operation was started in the background), 3 when any was refused, failed or
+    skipped (the summary says which), 2 for a bad filter or more calls than an operation takes."""
     selected = parse_selection(where)
     who = operator_option(operator)
     actions.checked_words(reason, who)
     with connect_for_acting(dsn, spec.command) as conn:
-        plan = bulk.plan(spec.name, bulk.snapshot(conn, where=selected), **choices)
+        plan = bulk.plan(spec.name, bulk.selection(conn, where=selected), **choices)
         if not plan.send and not plan.skipped:
             err.print(f"no call matches {sanitize(selected.describe(), max_chars=200)}: nothing to do")
             return
@@ -197,8 +212,19 @@ def _bulk(spec: ActionSpec, where: str, reason: str, operator: str | None, yes: 
         if not plan.send:
             err.print("nothing to send: every selected call was skipped (see why above)")
             raise typer.Exit(EXIT_REFUSED)
+        as_operation = background or plan.is_operation
+        if as_operation:
+            err.print(present_bulk.operation_question(plan))
         if not yes:
             typed_confirmation(present_bulk.confirmation(plan), present_bulk.question(plan))
+        if as_operation:
+            op = bulk.start(conn, plan, operator=who, reason=reason, filter_text=where, background=background)
+            err.print(present_bulk.started_words(op, here=not background))
+            if background:
+                return
+            ended = work_here(conn, op, who)
+            finish(ended)
+            return
         result = bulk.apply(conn, plan, operator=who, reason=reason)
     out.print(present_bulk.result_table(result))
     out.print(present_bulk.result_words(result))
@@ -231,8 +257,8 @@ CHOICE_OPTIONS: dict[str, tuple[str, Any, object, Any]] = {
     "force": ("force", ForceOption, False, bool),
 }
 BEFORE_CHOICES = (("job", OptionalJob, None), ("reason", ReasonOption, ""))
-AFTER_CHOICES = (("where", WhereOption, None), ("token", TokenOption, None), ("operator", OperatorOption, None),
-                 ("yes", YesOption, False), ("dsn", DsnOption, None))
+AFTER_CHOICES = (("where", WhereOption, None), ("background", BackgroundOption, False), ("token", TokenOption, None),
+                 ("operator", OperatorOption, None), ("yes", YesOption, False), ("dsn", DsnOption, None))
 
 
 def action_command(spec: ActionSpec) -> Any:
@@ -245,7 +271,7 @@ def action_command(spec: ActionSpec) -> Any:
             parameter, _annotation, _default, check = CHOICE_OPTIONS[choice]
             choices[choice] = check(given.pop(parameter))
         _act(spec.name, given["job"], given["where"], given["reason"], given["token"], given["operator"],
-             given["yes"], given["dsn"], chain=given.get("chain", False), **choices)
+             given["yes"], given["dsn"], chain=given.get("chain", False), background=given["background"], **choices)
 
     own = tuple(CHOICE_OPTIONS[choice][:3] for choice in spec.params)
     if spec.reaches_chain:

@@ -12,6 +12,7 @@ from typing import Any
 from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -31,6 +32,7 @@ from console.operator.present.words import (
     t,
     when,
 )
+from console.shared.contexts import trace_link
 from console.shared.text import counted, format_seconds, sanitize
 
 LOUD_EVENTS = (*ZOMBIE_KINDS, "ownership_unknown")
@@ -44,9 +46,11 @@ def json_text(value: Any, *, max_chars: int | None = 2_000) -> str:
     return sanitize(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str), max_chars=max_chars)
 
 
-def call_fields(job: Job | JobSummary, now: datetime | None = None) -> list[tuple[str, Text]]:
+def call_fields(job: Job | JobSummary, now: datetime | None = None, *,
+                trace_url: str | None = None) -> list[tuple[str, Text]]:
     """Every field of a call as (label, value), in the order a person reads them; the ages from the
-    database's clock at `now` (the console ticks it), else as read."""
+    database's clock at `now` (the console ticks it), else as read. `trace_url`: the context's
+    template (console.shared.contexts), which makes the call's trace a link."""
     moment = now or job.db_now
     ages = live_ages(job, moment)
     rows: list[tuple[str, Text]] = []
@@ -86,6 +90,9 @@ def call_fields(job: Job | JobSummary, now: datetime | None = None) -> list[tupl
         row("priority", f"{job.priority} (higher is claimed first)")
     if job.trace_id:
         row("trace", job.trace_id)
+        link = trace_link(trace_url, job.trace_id)
+        if link is not None:
+            row("trace link", trace_link_text(link))
     if job.accepted_at is not None and job.accepted_at < job.created_at:
         row("accepted", f"{when(job.accepted_at)} upstream, "
                         f"{format_seconds((job.created_at - job.accepted_at).total_seconds())} before it was made")
@@ -139,9 +146,16 @@ def fields_grid(fields: list[tuple[str, Text]]) -> Table:
     return grid
 
 
-def job_panel(job: Job) -> Panel:
-    """`leasectl show`: the call's fields (the payload as its hash and size: --json has it)."""
-    grid = fields_grid([*call_fields(job), ("payload", t(payload_words(job)))])
+def trace_link_text(link: str) -> Text:
+    """A trace's URL, a terminal hyperlink where the terminal makes them (OSC 8: Rich's `link`
+    style, which Textual passes on too), and the URL itself as the words, to copy where it does not."""
+    return Text(link, style=Style(link=link, underline=True), overflow="fold")
+
+
+def job_panel(job: Job, *, trace_url: str | None = None) -> Panel:
+    """`leasectl show`: the call's fields (the payload as its hash and size: --json has it); its
+    trace a link by the context's `trace_url`."""
+    grid = fields_grid([*call_fields(job, trace_url=trace_url), ("payload", t(payload_words(job)))])
     return Panel(grid, title=Text(f"call {str(job.id)[:8]}", style="bold"), expand=False,
                  subtitle=Text("payload and result: leasectl show ID --json", style="dim"))
 

@@ -49,6 +49,7 @@ from console.operator.tui.screens.everywhere import AllContextsScreen
 from console.operator.tui.screens.fleet import FleetScreen
 from console.operator.tui.screens.help import HelpScreen
 from console.operator.tui.screens.metrics import MetricsScreen
+from console.operator.tui.screens.operations import BulkOperationsScreen
 from console.operator.tui.screens.reconciliations import ReconciliationsScreen, RecordScreen
 from console.operator.tui.screens.triage import TriageScreen
 from console.operator.tui.state import Freshness
@@ -116,6 +117,8 @@ class LeasectlApp(App[None]):
                 tooltip="Triage in every context at once: a context that does not answer is named DOWN"),
         Binding("ctrl+o", "contexts", "Contexts", show=False,
                 tooltip="Switch to another context: every screen reconnects"),
+        Binding("0", "bulk_operations", "Bulk ops", show=False,
+                tooltip="Bulk operations (over 1,000 calls): their progress; stop one"),
         Binding("question_mark", "help", "Help", tooltip="Every key binding, and what the words mean"),
         Binding("r", "refresh", "Refresh", show=False, tooltip="Fetch now"),
         Binding("q", "quit", "Quit", tooltip="Leave leasectl"),
@@ -274,6 +277,10 @@ class LeasectlApp(App[None]):
             self.notify(f"Read-only console: {self.session.read_only_reason}. Actions are disabled.",
                         title="Not allowed", severity="error")
 
+    def action_bulk_operations(self) -> None:
+        if not isinstance(self.screen, BulkOperationsScreen):
+            self.push_screen(BulkOperationsScreen())
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen, screens=[*self.MODES.values(), DetailScreen, RecordScreen],
@@ -343,6 +350,10 @@ class LeasectlApp(App[None]):
                                 lambda mode=mode: self.run_action(f"switch_mode('{mode}')"))
         if isinstance(screen, PollingScreen):
             yield from screen.commands()
+            if screen.saved_view_screen() is not None:  # v: console/operator/tui/screens/views.py
+                yield SystemCommand("Saved views", "This list's views: apply one, or save the filter (v)",
+                                    screen.action_views)
+        yield SystemCommand("Bulk operations", "Their progress; stop one (0)", self.action_bulk_operations)
         yield SystemCommand("Refresh", "Fetch now (r)", self.action_refresh)
         yield SystemCommand("Help", "Every key binding and what the words mean (?)", self.action_help)
         yield SystemCommand("Contexts", "Switch to another context (ctrl+o)", self.action_contexts)

@@ -19,6 +19,9 @@ from pathlib import Path
 from rich.console import Console
 from textual.pilot import Pilot
 
+from console.core.filters import parse_filter
+from console.db import bulk
+from console.db.connect import Conn, connect, run
 from console.db.session import ConsoleSession
 from console.demo.scenario import ANCHOR
 from console.operator.tui.app import LeasectlApp
@@ -44,6 +47,12 @@ class Shot:
     size: tuple[int, int] = SIZE
     contexts: bool = False  # taken with PICTURE_CONTEXTS as the contexts file (picture_contexts)
     context: str | None = None  # the console opened in this context of PICTURE_CONTEXTS (make_app)
+    # run on the scenario's database before the console opens (what the scenario itself has no
+    # room for); a shot so prepared is written by `leasectl screenshots` after every other one
+    prepare: Callable[[Conn], None] | None = None
+    # compared by the snapshot tests; False for a picture whose ids and times are the moment's own
+    # (its screen's behaviour has its own test, named with the shot)
+    compared: bool = True
 
 
 SHOTS = [
@@ -164,6 +173,38 @@ SHOTS += [
 ]
 
 
+# v: the saved views of a list; s in the picker saves the filter on screen as one (a shared one: tab, space)
+SHOTS += [
+    Shot("views_picker", ["2", "slash", *list("state:running"), "enter", "v", "s", *list("running"), "space",
+                          *list("now"), "tab", "space", "shift+tab", "enter", "s", *list("mine"), "enter"],
+         until="SAVED — personal view 'mine'",
+         title="v: the saved views of a list, personal or shared; enter applies one as / would, s saves the filter"),
+]
+
+
+def _runaway_cancel_half_done(conn: Conn) -> None:
+    """A runaway agent's 1,200 queued searches, cancelled as a bulk operation (over 1,000 calls),
+    600 of them sent and one refused (it changed after the plan): what the progress view shows."""
+    run(conn, "demo/runaway_calls", calls=1200)
+    plan = bulk.plan("cancel", bulk.selection(conn, where=parse_filter("agent:runaway-7")))
+    op = bulk.start(conn, plan, operator="dana", reason="runaway agent: INC-4711",
+                    filter_text="agent:runaway-7")
+    bulk.work(conn, op.id, worker="cli:dana", max_batches=8)  # batches of 50, in the plan's order
+    changed = plan.send[420]
+    run(conn, "operator/request_cancel", job_id=changed.id, seen_state=changed.state,
+        seen_token=changed.fencing_token, operator="lee", reason="by hand, before the bulk reached it")
+    bulk.work(conn, op.id, worker="cli:dana", max_batches=4)
+
+
+# 0: the bulk operations (over 1,000 calls), enter: one's progress -- its ids and times are today's
+# (tests/tui/test_bulk_operations.py checks that screen's behaviour)
+SHOTS += [
+    Shot("bulk_operation", ["0", "enter"], until="of 1,200 done", prepare=_runaway_cancel_half_done,
+         compared=False, title="0: a bulk operation over 1,200 calls, worked in batches: its progress, the calls "
+                               "not applied and why; s stops it"),
+]
+
+
 def picture_context_set(dsn: str) -> dict[str, Context]:
     """PICTURE_CONTEXTS as contexts, the scenario's DSN in place of {dsn}."""
     return {name: Context(name=name, **{key: value.replace("{dsn}", dsn) if isinstance(value, str) else value
@@ -218,6 +259,9 @@ async def play(pilot: Pilot, shot: Shot) -> None:
 
 
 async def capture(dsn: str, shot: Shot, directory: Path) -> Path:
+    if shot.prepare is not None:
+        with connect(dsn) as conn:
+            shot.prepare(conn)
     app = make_app(dsn, read_only=shot.read_only, context=shot.context)
     path = directory / f"{shot.name}.svg"
     with picture_contexts(dsn) if shot.contexts else nullcontext():

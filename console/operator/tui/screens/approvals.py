@@ -16,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Label, Static
 
-from console.core.filters import JobFilter, grammar, parse_filter
+from console.core.filters import JobFilter, grammar, memory_filter
 from console.core.models import ApprovalQueue, ApprovalRow, JobSummary
 from console.db import reads
 from console.db.connect import Conn
@@ -151,7 +151,7 @@ class ApprovalsScreen(PollingScreen):
         return self.filter_value
 
     def parse_filter_text(self, text: str) -> JobFilter:
-        return parse_filter(text)
+        return memory_filter(text, "Approvals")  # filtered in memory: payload: is refused, said where to search
 
     def filter_changed(self) -> None:
         if self.queue:

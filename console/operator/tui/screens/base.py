@@ -13,6 +13,8 @@
   of a burst (`/state:running⏎` pasted, or typed by tmux) is delivered, so none of it is lost.
 * Actions go through one place that refuses them on a read-only session or stale data; on a
   read-only session the keys that change data are not even offered in the footer.
+* `v` opens the saved views of a list (console/operator/tui/screens/views.py): the one chosen is
+  applied exactly as typing its filter after `/` would be (`apply_filter_text`, the one way in).
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from textual.worker import Worker, WorkerState
 from console.core.actions import ACTIONS, action_named
 from console.core.filters import FieldFilter, field_grammar, parse_fields
 from console.core.models import JobSummary
+from console.core.saved_views import SCREENS, SavedView
 from console.db.connect import Conn
 from console.db.lane import reconnect_delay
 from console.operator.present import words_of
+from console.operator.present.saved_views import applied_words
 from console.operator.tui.cells import Cell
 from console.operator.tui.failures import as_expected, describe_failure
 from console.operator.tui.messages import DataArrived, DataFailed
@@ -83,6 +87,9 @@ class PollingScreen(Screen[None]):
         # rest of a burst typed after `/` was already queued for the list (and lost, or taken as
         # its keys) by the time the filter bar took the focus
         Binding("slash", "filter", "Filter", priority=True, tooltip="Show only what matches (/ on every list)"),
+        # not in the footer (every screen's footer is full at 80 columns): `?` lists it, and so does ctrl+p
+        Binding("v", "views", "Views", show=False,
+                tooltip="Saved views: apply one as / would, or save the filter (s)"),
     ]
     poll_seconds: float | None = None  # None: the app's interval
     # Where a pushed screen sits under its mode ("call 1a2b3c4d"): the header shows "1 Triage > call
@@ -290,21 +297,54 @@ class PollingScreen(Screen[None]):
             self.filter_changed()
 
     def on_filter_bar_applied(self, message: FilterBar.Applied) -> None:
+        self.apply_filter_text(message.value)
+
+    def apply_filter_text(self, text: str) -> bool:
+        """The filter `text` as this screen's `/` takes it (typed in the bar, or a saved view's):
+        parsed by the screen's grammar, then shown and fetched. A filter that does not parse is
+        said, and changes nothing (an open bar stays open with what was typed: fix it, or esc)."""
         try:
-            parsed = self.parse_filter_text(message.value)
+            parsed = self.parse_filter_text(text)
         except BadInput as exc:
-            # the bar stays open with what was typed: fix it, or esc
             self.app.notify(f"{exc}" + (f"\n{exc.hint}" if exc.hint else ""), title="Bad filter", severity="error",
                             timeout=12)
-            return
-        self.query_one(FilterBar).close()
+            return False
+        bar = self.query_one(FilterBar)
+        if bar.is_open:
+            bar.close()
         self.filter_value = parsed
         self.invalidate()
         self.filter_changed()
         self.filter_applied()
+        return True
 
     def filter_applied(self) -> None:
         """(for a list) where the focus goes once a filter is applied"""
+
+    # ------------------------------------------------------------------ saved views (v)
+    def saved_view_screen(self) -> str | None:
+        """The name saved views give this screen (its mode: `calls`, `fleet`...), or None for a
+        screen with nothing to filter. A screen opened from another (Calls of one metrics group)
+        takes the name of the list it is."""
+        if self.filter_value is None:
+            return None
+        modes: dict[str, type] = getattr(type(self.app), "MODES", {})
+        return next((mode for mode, cls in modes.items() if mode in SCREENS and isinstance(self, cls)), None)
+
+    def action_views(self) -> None:
+        screen = self.saved_view_screen()
+        if screen is None:
+            self.app.notify("There are no saved views on this screen: a view is a list's filter "
+                            f"({', '.join(g.title for g in SCREENS.values())}).", title="Saved views")
+            return
+        from console.operator.tui.screens.views import ViewsPicker
+
+        self.app.push_screen(ViewsPicker(self.leasectl.session, screen, current=self.filter_value.describe()),
+                             self._view_chosen)
+
+    def _view_chosen(self, view: SavedView | None) -> None:
+        if view is not None and self.apply_filter_text(view.filter):
+            self.app.notify(applied_words(view), title="Saved view")
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -8,28 +8,42 @@ unverifiable side effects). The answer is a line per call; afterwards only the c
 applied stay marked on the list, so a second look is one key away. When nothing would be sent
 (every marked call would be skipped) the dialog says there is nothing to do, asks for no count
 and cannot apply. Everything else -- type-ahead, esc, the one failure handler -- is GuardedDialog's.
+
+A bulk operation (over 1,000 calls, started by the CLI or worked by the supervisor) has its own
+screen here, BulkOperationScreen: its progress, refreshed every second while it runs, the calls not
+applied, and `s` to stop it (StopOperationDialog). The list of operations is
+console/operator/tui/screens/operations.py (`0` anywhere in the console).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar, cast
 
 from rich.console import Group, RenderableType
 from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static
 
 from console.core.actions import action_named
-from console.core.bulk import BulkPlan, BulkResult
-from console.core.models import TERMINAL_STATES, JobSummary
-from console.db import bulk
+from console.core.bulk import BulkOperation, BulkPlan, BulkResult, OperationCall, Selected
+from console.core.models import TERMINAL_STATES
+from console.db import bulk, reads
 from console.db.connect import Conn
 from console.operator import present
 from console.operator.present import bulk as words
+from console.operator.tui.cells import Cell
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.action import ChoiceSelect, GuardedDialog, SafeCheckbox
+from console.operator.tui.screens.base import BACK_BINDING, PollingScreen
+from console.operator.tui.screens.detail import DetailScreen
+from console.operator.tui.widgets.livetable import Column, LiveTable, keyed_rows
+from console.operator.tui.widgets.status import TopChrome
 from console.shared.text import counted
 
 
@@ -42,16 +56,16 @@ class BulkDialog(GuardedDialog):
         self.action = self.spec.name
         self.ids = ids
         self.query_name = self.spec.query
-        self.calls: list[JobSummary] | None = None
+        self.calls: list[Selected] | None = None
         self.plan: BulkPlan | None = None
 
     # ------------------------------------------------------------------ the marked calls, read again
     def on_mount(self) -> None:
         # GuardedDialog's on_mount runs too (Textual calls every class's handler)
-        self.aside.read("bulk-snapshot", lambda conn: bulk.snapshot(conn, ids=self.ids), self._calls_read,
+        self.aside.read("bulk-snapshot", lambda conn: bulk.selection(conn, ids=self.ids), self._calls_read,
                         self._calls_not_read)
 
-    def _calls_read(self, calls: list[JobSummary]) -> None:
+    def _calls_read(self, calls: list[Selected]) -> None:
         self.calls = calls
         self._replan()
 
@@ -69,7 +83,12 @@ class BulkDialog(GuardedDialog):
         if "force" in self.spec.params:
             choices["force"] = bool(self.query_one("#force", Checkbox).value)
         self.plan = bulk.plan(self.action, self.calls, **choices)
-        self.query_one("#what-changes", Static).update(words.plan_words(self.plan, with_guard=False))
+        said: RenderableType = words.plan_words(self.plan, with_guard=False)
+        if self.plan.is_operation:  # said before the count is typed: it is not sent from here
+            said = Group(said, Text(words.operation_question(self.plan) + " Started from the console, it is worked "
+                                    "by the supervisor (`leasectl supervise`), or by `leasectl bulk resume ID`.",
+                                    style="bold yellow"))
+        self.query_one("#what-changes", Static).update(said)
         # nothing to send: no count to type (typing '0' to confirm nothing would be a ritual), and
         # Apply cannot be pressed; a mark-terminal plan can come back when force is ticked
         nothing = not self.plan.send
@@ -134,11 +153,16 @@ class BulkDialog(GuardedDialog):
             return None
         return {}
 
-    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> BulkResult:
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> BulkResult | BulkOperation:
         assert self.plan is not None
+        if self.plan.is_operation:  # over 1,000 calls: an operation, worked by the supervisor
+            return bulk.start(conn, self.plan, operator=operator, reason=reason, background=True)
         return bulk.apply(conn, self.plan, operator=operator, reason=reason)
 
     def answer(self, result: object) -> RenderableType:
+        if isinstance(result, BulkOperation):
+            return Group(words.started_words(result, here=False),
+                         Text("0 lists the bulk operations; enter on one shows its progress", style="dim"))
         assert isinstance(result, BulkResult)
         head = Text()
         head.append("DONE — " if result.all_applied else "NOT ALL APPLIED — ",
@@ -147,3 +171,140 @@ class BulkDialog(GuardedDialog):
         if not result.all_applied:
             head.append("\nThe calls not applied stay marked on the list.", style="bold yellow")
         return Group(head, words.result_table(result, limit=10))
+
+
+# ----------------------------------------------------------------------------- bulk operations
+
+
+NOT_APPLIED_COLUMNS = [Column("call", "call", 8, 0), Column("outcome", "outcome", 8, 0),
+                       Column("planned", "as planned", 22, 2), Column("why", "why", 60, 1)]
+
+
+class BulkOperationScreen(PollingScreen):
+    """One bulk operation's progress (migration 0023): what it does, its state, a bar of the calls
+    settled, applied / refused / failed, who started it and who asked it to stop, the last error a
+    worker met, and the calls not applied (`enter` opens one). It refreshes every second while the
+    operation runs. `s` stops it (a reason, journaled): the batches in flight finish, no other begins."""
+
+    CSS_PATH = "bulk.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        BACK_BINDING,
+        Binding("s", "stop_operation", "Stop", tooltip="Stop this operation: the batches in flight finish, no "
+                                                       "other begins (a reason is journaled)"),
+        Binding("enter", "open_call", "Open call", tooltip="The selected call that was not applied"),
+    ]
+    poll_seconds = 1.0
+
+    def __init__(self, operation_id: uuid.UUID) -> None:
+        super().__init__()
+        self.operation_id = operation_id
+        self.crumb = f"bulk {str(operation_id)[:8]}"
+        self.operation: BulkOperation | None = None
+
+    def compose(self) -> ComposeResult:
+        yield TopChrome()
+        with VerticalScroll(id="operation-body"):
+            yield Static(Text("Reading the operation…", style="dim"), id="operation-progress")
+            yield Label("Calls not applied (refused, failed, skipped) — enter opens one", id="not-applied-title",
+                        classes="section-title")
+            yield LiveTable(NOT_APPLIED_COLUMNS, id="not-applied")
+        yield Footer()
+
+    def load(self, conn: Conn) -> tuple[BulkOperation | None, list[OperationCall], datetime]:
+        op = bulk.operation(conn, self.operation_id)
+        calls = bulk.not_applied(conn, self.operation_id, limit=500) if op is not None and op.not_applied else []
+        return op, calls, op.db_now if op is not None and op.db_now else reads.db_info(conn).db_now
+
+    def db_now_of(self, data: tuple[BulkOperation | None, list[OperationCall], datetime]) -> datetime:
+        return data[2]
+
+    def show(self, data: tuple[BulkOperation | None, list[OperationCall], datetime]) -> None:
+        op, calls, _now = data
+        self.operation = op
+        progress = self.query_one("#operation-progress", Static)
+        if op is None:
+            progress.update(Text(f"No bulk operation {self.operation_id}.", style="bold red"))
+            return
+        width = max(20, min(60, self.size.width - 10))
+        progress.update(words.operation_panel(op, bar_width=width))
+        table = self.query_one("#not-applied", LiveTable)
+        keyed_rows(table, [(str(c.job_id), {
+            "call": Cell(c.short_id, "bold"), "outcome": Cell(c.outcome.upper(), words.OUTCOME_STYLES[c.outcome]),
+            "planned": Cell(f"{c.seen_state.replace('_', ' ')} #{c.seen_token}"), "why": Cell(c.why or "", "dim")})
+            for c in calls])
+        table.display = bool(calls)
+        self.query_one("#not-applied-title", Label).display = bool(calls)
+        # an operation that is over changes no more: read it now and then, not every second
+        self.poll_seconds = 30.0 if op.over else 1.0
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop_operation":
+            if self.leasectl.session.read_only_reason:
+                return False  # a read-only console is offered no action
+            return self.operation is None or self.operation.state == "running"
+        return super().check_action(action, parameters)
+
+    def action_stop_operation(self) -> None:
+        op = self.operation
+        if not self.ready_to_act(op, "an operation"):
+            return
+        if op.state != "running":
+            self.app.notify(f"Operation {op.short_id} is {op.state}: there is nothing to stop.", title="Nothing to do",
+                            severity="warning")
+            return
+        self.app.push_screen(StopOperationDialog(op, seen_at=self.fetched_at), lambda _result: self.wake())
+
+    def action_open_call(self) -> None:
+        key = self.query_one("#not-applied", LiveTable).cursor_key
+        if not self.chosen(key, "a call"):
+            return
+        self.app.push_screen(DetailScreen(uuid.UUID(key)))
+
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
+        self.action_open_call()
+
+
+class StopOperationDialog(GuardedDialog):
+    """Stop a running bulk operation (`s` on its progress or on the operations list): a reason, then
+    the database's answer -- stopped, stopping (a batch in flight finishes first), or refused (it
+    was over already; journaled)."""
+
+    query_name = "bulk/stop"
+
+    def __init__(self, operation: BulkOperation, *, seen_at: float | None = None) -> None:
+        super().__init__(seen_at=seen_at)
+        self.operation = operation
+
+    def title_text(self) -> Text:
+        title = Text()
+        title.append(f"Stop bulk operation {self.operation.short_id}", style="bold")
+        title.append(f"  {words.what_it_does(self.operation)}", style="dim")
+        return title
+
+    def what_changes(self) -> Text:
+        op = self.operation
+        text = Text()
+        text.append("The batches in flight finish (their calls are settled); no other batch begins; ", style="bold")
+        text.append(f"the calls not reached ({op.left:,} of {op.total:,} when last read) are never sent. "
+                    "No call is undone: what was applied stays applied.")
+        return text
+
+    def guard_words(self) -> Text:
+        return Text("Only a running operation stops: the database refuses a stop of one that is over, and journals "
+                    f"the refusal{self.seen_words()}.", style="dim")
+
+    def perform(self, conn: Conn, operator: str, reason: str, fields: dict[str, Any]) -> tuple[bool, BulkOperation]:
+        return bulk.stop(conn, self.operation.id, operator=operator, reason=reason)
+
+    def answer(self, result: object) -> RenderableType:
+        stopped, op = cast(tuple[bool, BulkOperation], result)
+        head = Text()
+        if stopped and op.state == "stopped":
+            head.append("STOPPED — ", style="bold magenta")
+        elif stopped:
+            head.append("STOPPING — a batch in flight finishes first — ", style="bold yellow")
+        else:
+            head.append(f"NOT STOPPED — the operation is {op.state} — ", style="bold red")
+        head.append_text(words.counts_words(op))
+        return head

@@ -49,8 +49,8 @@ class CallListScreen(PollingScreen):
         *CALL_ACTION_BINDINGS,
         Binding("space", "toggle_mark", "Mark", tooltip="Mark or unmark the selected call (c t a then act on "
                                                         "every marked call)"),
-        Binding("asterisk", "mark_all", "Mark all", tooltip="Mark every call the filter matches (all pages, "
-                                                            "up to 1,000)"),
+        Binding("asterisk", "mark_all", "Mark all", tooltip="Mark every call the filter matches (all pages, up "
+                                                            "to 100,000; over 1,000 an action is a bulk operation)"),
         Binding("u", "unmark_all", "Unmark", show=False, tooltip="Unmark every call"),
         Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="Clear the active filter"),
     ]

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.widgets import Footer, Static
 
+from console.core.bulk import Selected
 from console.core.filters import JobFilter, grammar
 from console.core.history import Archived
 from console.core.models import JobSummary
@@ -24,10 +25,14 @@ from console.operator.tui.widgets.calltable import CallTable
 from console.operator.tui.widgets.filterbar import FilterBar, FilterLine
 from console.operator.tui.widgets.livetable import Column
 from console.operator.tui.widgets.status import TopChrome
-from console.shared.text import counted
+from console.shared.errors import PayloadSearchTimedOut, PermissionDenied
+from console.shared.text import counted, sanitize
 from console.shared.times import Instant, parse_past
 
 PAGE = 500  # the table never holds more than a page (~1,000 rows at most)
+# `*` marks at most this many calls (ids held by the console, read again by the dialog); more is
+# for `leasectl cancel|mark-terminal|approve-retry --where`, whose operation holds up to 1,000,000
+MARK_LIMIT = 100_000
 
 # the call, its lease health, its lease and its heartbeat never give way (README, "The console"): at
 # 80 columns they and the state fit; the tool is the first of the others to stay
@@ -53,6 +58,9 @@ class CallsPage(NamedTuple):
     as_of: Instant | None  # the instant an age (at:2h) resolved to, for the UI thread to keep
     archived: Text | None = None  # archived history: why the past is not shown, or what it leaves out
     refused: bool = False  # the past asked for rests on archived history: nothing shown
+    # a payload: search that gave no answer (out of statement time, or a role that may not read payloads):
+    # said where the list would be -- the filter's answer is unknown, never shown as "no calls"
+    unanswered: str | None = None
 
 
 class CallsScreen(CallListScreen):
@@ -74,6 +82,7 @@ class CallsScreen(CallListScreen):
         yield FilterBar(placeholder=grammar())
         yield FilterLine()
         yield CallTable(COLUMNS, id="calls", markable=True)
+        yield Static(id="calls-unanswered")
         yield Static(id="marks", classes="marks")
         yield Footer()
 
@@ -92,7 +101,14 @@ class CallsScreen(CallListScreen):
             except Archived as exc:  # said on the screen, never a partial past, never a failed refresh
                 return CallsPage([], now, as_of, archived=archived_answer(exc), refused=True)
             return CallsPage(list(past), now, as_of, archived=left_out(start))
-        rows = reads.jobs(conn, where, before=before, limit=PAGE)
+        try:
+            rows = reads.jobs(conn, where, before=before, limit=PAGE)
+        except (PayloadSearchTimedOut, PermissionDenied) as exc:
+            if where.payload is None:
+                raise
+            # the filter's own answer, not the database's health: the screen says it, the session stays fresh
+            said = str(exc) + (f" ({exc.hint})" if exc.hint else "")
+            return CallsPage([], reads.db_info(conn).db_now, None, unanswered=said)
         return CallsPage(rows, rows[0].db_now if rows else reads.db_info(conn).db_now, None)
 
     def db_now_of(self, data: CallsPage) -> datetime:
@@ -106,6 +122,16 @@ class CallsScreen(CallListScreen):
         # in the past every age is measured at that instant, not now
         moment = self.as_of.at if self.where.at is not None and self.as_of else (self.now() or db_now)
         self.sync_table(self.rows, moment)
+        unanswered = self.query_one("#calls-unanswered", Static)
+        unanswered.display = data.unanswered is not None
+        self.table.display = data.unanswered is None
+        if data.unanswered is not None:
+            unanswered.update(Text(sanitize(data.unanswered, max_chars=600), style="bold yellow"))
+            # asked again now and then, not at every poll: a search that ran out of time would only
+            # run out of time again, at the database's cost, until the filter is narrowed
+            self.poll_seconds = PAST_POLL_SECONDS
+        elif self.where.at is None:
+            self.poll_seconds = None
         self.show_filter_line()
 
     def as_of_words(self) -> str:
@@ -136,14 +162,19 @@ class CallsScreen(CallListScreen):
         if self.where.at is not None:
             self.app.notify("The past (at:) cannot be acted on: clear at: first.", title="The past")
             return
-        self.aside.read("mark-all", lambda conn: bulk.snapshot(conn, where=self.where), self._marked, self._not_marked)
+        # over bulk.LIMIT the action the marks lead to is a bulk operation (the dialog says so and
+        # asks the same); the console marks up to MARK_LIMIT, the CLI's --where takes any number
+        self.aside.read("mark-all", lambda conn: bulk.selection(conn, where=self.where, limit=MARK_LIMIT),
+                        self._marked, self._not_marked)
 
-    def _marked(self, matching: list[JobSummary] | None) -> None:
+    def _marked(self, matching: list[Selected] | None) -> None:
         matching = matching or []
         self.table.set_marks({str(c.id) for c in matching})
         self.show_marks()
+        over = (f" Over {bulk.LIMIT:,}, an action on them is a bulk operation, worked in batches in the background "
+                "(0 shows its progress).") if len(matching) > bulk.LIMIT else ""
         self.app.notify(f"Marked {counted(len(matching), 'call')} matching {self.where.describe() or 'no filter'} "
-                        "(every page).", title="Marked")
+                        f"(every page).{over}", title="Marked")
 
     def _not_marked(self, error: BaseException | None) -> None:
         self.app.notify(describe_failure(error, "marking"), title="Not marked", severity="error")

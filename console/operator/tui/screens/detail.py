@@ -28,7 +28,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 
 from console.core.chains import Chain
-from console.core.models import CallDetail, JobSummary, PayloadPreview
+from console.core.models import CallDetail, Job, JobSummary, PayloadPreview
 from console.db import chains, reads
 from console.db.connect import Conn
 from console.operator import present
@@ -95,7 +95,7 @@ class DetailScreen(PollingScreen):
             self.query_one("#fields", Static).update(Text(f"No call {self.job_id}: it does not exist (any more).",
                                                           style="bold red"))
             return
-        self.query_one("#fields", Static).update(present.fields_grid(present.call_fields(data.job, self.now())))
+        self._show_fields(data.job, self.now())
         # a history archived in part is never replayed from what is left (console/core/history.py)
         held = (present.archived_history_note(data.history_archived_before) if data.history_archived_before
                 else present.ownership_table(data.job.id, data.events))
@@ -132,9 +132,17 @@ class DetailScreen(PollingScreen):
 
     def tick(self, now: datetime) -> None:
         if self.detail and self.detail.job:
-            self.query_one("#fields", Static).update(present.fields_grid(present.call_fields(self.detail.job, now)))
+            self._show_fields(self.detail.job, now)
             if self.chain is not None and not self.chain.over:
                 self._show_chain(now)
+
+    def _show_fields(self, job: Job, now: datetime | None) -> None:
+        """The call's fields; its trace a link (clickable where the terminal makes links) by the
+        context's `trace_url`, when the console runs in a context that has one."""
+        context = self.leasectl.session.context
+        template = context.trace_url if context is not None else None
+        self.query_one("#fields", Static).update(present.fields_grid(present.call_fields(job, now,
+                                                                                         trace_url=template)))
 
     def _show_chain(self, now: datetime) -> None:
         """The chain as one story in a pane of its own; a chain of one, one quiet line under the lineage."""

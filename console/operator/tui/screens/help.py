@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Container, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
@@ -53,12 +53,36 @@ class HelpScreen(ModalScreen[None]):
         align: center middle;
     }
     HelpScreen > VerticalScroll {
-        width: 100;
+        width: 136;
         max-width: 100%;
         height: 90%;
         border: thick $primary;
         background: $surface;
         padding: 0 1;
+    }
+    /* wide: this screen's keys beside what its words mean, both in one view; narrow: one column */
+    HelpScreen #help-top {
+        layout: horizontal;
+        height: auto;
+    }
+    HelpScreen #help-keys {
+        width: 3fr;
+        height: auto;
+    }
+    HelpScreen #help-legend {
+        width: 2fr;
+        height: auto;
+        padding-left: 2;
+    }
+    HelpScreen.-narrow #help-top {
+        layout: vertical;
+    }
+    HelpScreen.-narrow #help-keys, HelpScreen.-narrow #help-legend {
+        width: 100%;
+        padding-left: 0;
+    }
+    HelpScreen.-narrow #help-legend {
+        margin-top: 1;
     }
     """
 
@@ -112,10 +136,13 @@ class HelpScreen(ModalScreen[None]):
             legend.add_row(Text(label), Text(meaning))
         with VerticalScroll():
             yield Static(self._connection())
-            yield Static(Text("Keys here", style="bold"))
-            yield Static(table)
-            yield Static(Text(f"\n{legend_title}", style="bold"))
-            yield Static(legend)
+            with Container(id="help-top"):
+                with Vertical(id="help-keys"):
+                    yield Static(Text("Keys here", style="bold"))
+                    yield Static(table)
+                with Vertical(id="help-legend"):
+                    yield Static(Text(legend_title, style="bold"))
+                    yield Static(legend)
             yield Static(Text("\nKeys of the other screens", style="bold"))
             yield Static(elsewhere)
             yield Static(Text("\nesc closes this help", style="dim"))

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
-from console.core.filters import grammar
+from console.core.filters import JobFilter, grammar, memory_filter
 from console.core.health import HEALTH_RANK
 from console.core.history import Archived
 from console.core.models import Counts, JobSummary, TriageSnapshot
@@ -54,6 +54,12 @@ class TriageScreen(CallListScreen):
     def tick(self, now: datetime) -> None:
         if self.where.at is None:  # the past does not tick
             super().tick(now)
+
+    def parse_filter_text(self, text: str) -> JobFilter:
+        """The calls' grammar, without payload: (this screen filters in memory the calls it read,
+        which carry no payload): bad input that says where payloads are searched."""
+        memory_filter(text, "Triage")
+        return super().parse_filter_text(text)
 
     def compose(self) -> ComposeResult:
         yield TopChrome()
