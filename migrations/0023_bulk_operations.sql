@@ -165,6 +165,16 @@ end $$;
 -- The operator journal, 0015's, with one rule more (marked 0023): a login that is not an operator
 -- writes an operator kind only to carry out a bulk operation an operator started, for a call frozen
 -- in it, with the state and token frozen for it (the supervisor's background work).
+-- Whether this transaction holds a bulk call's row lock, the one leasectl_bulk_next took (FOR
+-- UPDATE: the row's xmax is then the locking transaction's id; pg_current_xact_id() is the
+-- top-level transaction's, which is where the batch takes its calls). What the journal's check and
+-- leasectl_bulk_settle ask: a call is acted on and settled only inside the batch that took it.
+create function public.leasectl_bulk_taken_here(p_xmax xid) returns boolean
+language sql volatile set search_path = pg_catalog, public, pg_temp as $$
+    select p_xmax operator(pg_catalog.=) pg_catalog.pg_current_xact_id()::xid
+$$;
+revoke execute on function public.leasectl_bulk_taken_here(xid) from public;
+
 create or replace function public.leasectl_operator_journal(p_kind text, p_job_id uuid, p_actor text, p_fencing_token bigint, p_state_from text, p_state_to text, p_owner_from text, p_owner_to text, p_reason text, p_details jsonb, p_request_id uuid DEFAULT NULL::uuid)
 returns public.job_events
 language plpgsql set search_path = pg_catalog, public, pg_temp as $$
@@ -196,6 +206,9 @@ begin
               and o.state in ('running', 'stopping')
               and c.job_id = p_job_id
               and c.outcome is null
+              -- taken by this transaction's leasectl_bulk_next (its row lock): a call is acted on
+              -- only inside the batch that settles it, never beside one (and never after a stop)
+              and public.leasectl_bulk_taken_here(c.xmax)
               and (p_kind = 'operator_' || o.action
                    or (p_kind = 'operator_action_failed' and p_details ->> 'action' = o.action))
               and c.seen_state = p_details ->> 'seen_state'
@@ -273,6 +286,18 @@ begin
     end if;
     if v_n = 0 then
         raise exception 'a bulk operation sends at least one call' using errcode = '22023';
+    end if;
+    -- the choices are the operator's, whole: the control plane carrying the operation out sends
+    -- exactly these (the journal's check compares them), so none may be left for it to pick
+    if not coalesce(case p_action
+                        when 'mark_terminal' then
+                            (select pg_catalog.array_agg(k order by k) from pg_catalog.jsonb_object_keys(p_choices) k)
+                                = array['force', 'terminal_state']
+                            and p_choices ->> 'terminal_state' in ('succeeded', 'failed', 'cancelled')
+                            and pg_catalog.jsonb_typeof(p_choices -> 'force') = 'boolean'
+                        else coalesce(p_choices, '{}'::jsonb) = '{}'::jsonb end, false) then
+        raise exception 'the choices % are not those of %: mark_terminal takes terminal_state (succeeded, failed or cancelled) and force (true or false), the others none',
+            coalesce(p_choices::text, 'null'), p_action using errcode = '22023';
     end if;
     if coalesce(pg_catalog.cardinality(p_seen_states), -1) <> v_n
        or coalesce(pg_catalog.cardinality(p_seen_tokens), -1) <> v_n
@@ -365,9 +390,18 @@ declare
     e         record;
 begin
     perform public.leasectl_bulk_may_work();
-    select o.action into v_action from public.bulk_operations o where o.id = p_operation_id;
+    select o.action into v_action from public.bulk_operations o
+    where o.id = p_operation_id and o.state in ('running', 'stopping');
     if not found then
-        raise exception 'no bulk operation %', p_operation_id using errcode = '22023';
+        raise exception 'no bulk operation % being worked', p_operation_id using errcode = '22023';
+    end if;
+    -- only a call this transaction's leasectl_bulk_next took: a call settled without being taken
+    -- (and sent) in the same transaction would be an outcome nobody's statement had
+    if not exists (select 1 from public.bulk_operation_calls c
+                   where c.operation_id = p_operation_id and c.job_id = p_job_id and c.outcome is null
+                     and public.leasectl_bulk_taken_here(c.xmax)) then
+        raise exception 'call % is not an unsettled call of bulk operation % taken by this transaction',
+            p_job_id, p_operation_id using errcode = '55000';
     end if;
     -- this transaction's row (its history's partition is this month's: at is the transaction's now())
     select j.kind, j.details, j.request_id into e
@@ -392,9 +426,12 @@ begin
     elsif p_error is not null then
         v_outcome := 'failed';
         v_why := left(p_error, 1000);
-    else
+    elsif not exists (select 1 from public.tool_jobs j where j.id = p_job_id) then
         v_outcome := 'refused';
         v_why := 'no such call any more: nothing was sent';
+    else
+        raise exception 'call % was not sent in this transaction: no journal row of it, no error', p_job_id
+            using errcode = '55000';
     end if;
     -- by its primary key (a condition on outcome would send the planner to the pending calls' index,
     -- and through every pending call of the operation), locked, then checked
@@ -600,6 +637,7 @@ end $$;
 
 select public.leasectl_give_to_owner('public.leasectl_bulk_journal(text, public.bulk_operations, text, text, jsonb)');
 select public.leasectl_give_to_owner('public.leasectl_bulk_create(text, text, jsonb, text, text, boolean, uuid[], text[], bigint[], uuid[], text[], bigint[], text[])');
+select public.leasectl_give_to_owner('public.leasectl_bulk_taken_here(xid)');
 select public.leasectl_give_to_owner('public.leasectl_bulk_next(uuid, integer)');
 select public.leasectl_give_to_owner('public.leasectl_bulk_settle(uuid, uuid, text, text)');
 select public.leasectl_give_to_owner('public.leasectl_bulk_count()');

@@ -3,8 +3,8 @@
 -- A chain's next stage (worker/complete_and_enqueue.sql) carried its parent's trace_id, but a call
 -- enqueued with parent_id through worker/enqueue.sql did not unless its client repeated it: a worker
 -- in another language delegating a call broke the trace. The chain trigger of 0014 now fills a
--- missing trace_id from the parent it already reads (one row, by primary key, only when the new
--- call has a parent and no trace). A trace the caller gives is kept: it is the caller's to name.
+-- missing trace_id from its parent's row (one more read by primary key, only when the new call
+-- has a parent and no trace). A trace the caller gives is kept: it is the caller's to name.
 -- Nothing else of the trigger changes (its text below is 0014's with that one step added).
 
 create or replace function public.leasectl_chain_insert() returns trigger
@@ -58,7 +58,7 @@ begin
     new.chain_id := p.chain_id;
     new.stage := p.stage + 1;
     -- a call made within another belongs to its trace unless its caller names one (0024): every
-    -- client, in any language, gets the same answer; the parent's row is the one just read
+    -- client, in any language, gets the same answer (the parent's row, read again by its key)
     if new.trace_id is null then
         select j.trace_id into new.trace_id from public.tool_jobs j where j.id = new.parent_id;
     end if;

@@ -530,3 +530,57 @@ def test_a_worker_login_cannot_start_work_or_stop_through_the_cli(db, conn, logi
         assert result.exit_code == 1 and "permission denied" in result.output, (args, result.output)
     assert conn.execute("select count(*) as n from bulk_operations").fetchone()["n"] == 1
     assert operation_row(conn, op.id)["done"] == 0
+
+
+def test_a_call_is_acted_on_and_settled_only_inside_the_batch_that_took_it(db, conn, logins):
+    """The control plane cannot act on a frozen call beside a batch (no leasectl_bulk_next in its
+    transaction), nor settle a call it did not take and send, nor settle one after a stop: each
+    would make the operation's record say what no statement did."""
+    seed(conn, queued=6)
+    with as_login(db, OPERATOR) as o:
+        op = started(o, "tool:search", background=True)
+    frozen = conn.execute("select * from bulk_operation_calls where operation_id = %s order by ordinal",
+                          (op.id,)).fetchall()
+    with as_login(db, CONTROL) as sv:
+        # acting beside a batch: the batch id, the frozen state and token, but no call taken
+        with pytest.raises(PermissionDenied), sv.transaction():
+            run(sv, "meta/batch_id", batch_id=str(op.id))
+            run_one(sv, "operator/request_cancel", job_id=frozen[0]["job_id"], seen_state="queued",
+                    seen_token=frozen[0]["seen_token"], operator=op.operator, reason=op.reason)
+        # settling what was not taken (nothing sent): refused, nothing recorded
+        with pytest.raises(LeasectlError, match="taken by this transaction"), sv.transaction():
+            run_one(sv, "bulk/settle_call", operation_id=op.id, job_id=frozen[1]["job_id"], error="whatever",
+                    worker="sv")
+        # taken but not sent: settling it without its journal row or an error is refused too
+        with pytest.raises(LeasectlError, match="was not sent in this transaction"), sv.transaction():
+            run(sv, "meta/batch_id", batch_id=str(op.id))
+            taken = run(sv, "bulk/next_batch", operation_id=op.id, batch_size=1)
+            run_one(sv, "bulk/settle_call", operation_id=op.id, job_id=taken[0]["job_id"], error=None, worker="sv")
+    assert conn.execute("select count(*) as n from tool_jobs where state = 'queued'").fetchone()["n"] == 6
+    assert conn.execute("select count(*) as n from bulk_operation_calls where operation_id = %s and outcome is not "
+                        "null", (op.id,)).fetchone()["n"] == 0
+    stopped, _ = bulk.stop(conn, op.id, operator="ana", reason="wrong filter")
+    assert bulk.close(conn, op.id, worker="t").state == "stopped"
+    with pytest.raises(LeasectlError, match="being worked"), conn.transaction():
+        run_one(conn, "bulk/settle_call", operation_id=op.id, job_id=frozen[2]["job_id"], error="late", worker="t")
+    assert operation_row(conn, op.id)["done"] == 0, "nothing settled once it says stopped"
+
+
+@pytest.mark.parametrize("action, choices", [
+    ("mark_terminal", "{}"),
+    ("mark_terminal", '{"terminal_state": "failed"}'),
+    ("mark_terminal", '{"terminal_state": "running", "force": false}'),
+    ("mark_terminal", '{"terminal_state": "failed", "force": null}'),
+    ("cancel", '{"force": true}'),
+    ("approve_retry", '{"terminal_state": "failed"}'),
+])
+def test_an_operation_carries_its_actions_choices_whole(db, conn, action, choices):
+    """The choices are the operator's, whole: none is left for whoever carries the operation out
+    to pick (the journal's check holds the control plane's statements to them)."""
+    seed(conn, queued=1)
+    call = conn.execute("select id, state, fencing_token from tool_jobs").fetchone()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="are not those of"):
+        conn.execute("select * from leasectl_bulk_create(%s, null, %s::jsonb, 'dana', 'because', true, "
+                     "array[%s::uuid], array[%s], array[%s::bigint], '{}', '{}', '{}', '{}')",
+                     (action, choices, call["id"], call["state"], call["fencing_token"]))
+    assert conn.execute("select count(*) as n from bulk_operations").fetchone()["n"] == 0

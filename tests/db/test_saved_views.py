@@ -245,7 +245,7 @@ def cli(db, logins, monkeypatch):
 def test_views_save_list_delete_and_their_exit_codes(cli):
     alice, bob = cli(ALICE), cli(BOB)
     saved = alice("views", "save", "stuck", "--screen", "calls", "--where", "state:running tool:pay")
-    assert saved.exit_code == 0 and "saved: personal view 'stuck' of 2 Calls" in saved.stdout, saved.output
+    assert saved.exit_code == 0 and "saved: personal view 'stuck' of the 2 Calls screen" in saved.stdout, saved.output
     shared = alice("views", "save", "team", "--screen", "fleet", "--where", "state:draining", "--shared")
     assert shared.exit_code == 0, shared.output
     listed = h.js(alice("views", "list", "--json"))

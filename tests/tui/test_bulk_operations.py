@@ -102,3 +102,16 @@ async def test_marking_more_than_a_thousand_on_calls_starts_an_operation_for_the
     assert (op["action"], op["total"], op["done"], op["state"], op["operator"], op["background"]) == (
         "cancel", 1100, 0, "running", "ana", True), "started, not sent by the console: the supervisor works it"
     assert conn.execute("select count(*) as n from tool_jobs where state = 'queued'").fetchone()["n"] == 1100
+
+
+async def test_a_dead_database_is_not_told_as_no_operation(db):
+    """Before the first answer the list is unknown, not empty: `0` under a dead database never says
+    "no bulk operation yet" (a false all-clear while one may be running)."""
+    app = make_app("postgresql://postgres@127.0.0.1:1/leasectl?connect_timeout=1")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        await pilot.press("0")
+        await pilot.pause(1.5)
+        text = screen_text(app)
+        assert "Not read yet: waiting for the database" in text, text
+        assert "No bulk operation yet" not in text

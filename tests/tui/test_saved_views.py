@@ -110,7 +110,7 @@ async def test_s_saves_the_current_filter_and_a_taken_name_asks(db, conn):
         await type_text(pilot, "pay calls")
         await pilot.press("tab", "space")  # shared
         await pilot.press("shift+tab", "enter")
-        await settle(pilot, lambda: "SAVED — shared view 'pay calls' of 2 Calls: tool:pay" in screen_text(app))
+        await settle(pilot, lambda: "SAVED — shared view 'pay calls' of the 2 Calls screen: tool:pay" in screen_text(app))
         await settle(pilot, lambda: "◆ pay calls  shared, yours" in screen_text(app))
         [saved] = views.list_views(conn, "calls")
         assert (saved.name, saved.filter, saved.shared, saved.created_by) == ("pay calls", "tool:pay", True, "dana")

@@ -88,7 +88,7 @@ def save_words(result: SaveOutcome) -> str:
     """What a save did, in one line (saved or replaced; exists and not_yours are said by the caller)."""
     v = result.view
     verb = "replaced" if result.outcome == "replaced" else "saved"
-    return (f"{verb}: {v.scope} view {_name(v)!r} of {screen_title(v.screen)}: "
+    return (f"{verb}: {v.scope} view {_name(v)!r} of the {screen_title(v.screen)} screen: "
             f"{sanitize(v.filter, max_chars=FILTER_CHARS)}")
 
 
@@ -100,7 +100,7 @@ def save_banner(result: SaveOutcome) -> str:
 
 def exists_words(view: SavedView) -> str:
     """A view of that name is there already (the save asked nothing to be replaced)."""
-    return (f"a {scope_words(view)} view named {_name(view)!r} exists ({view.screen}: "
+    return (f"a view named {_name(view)!r} exists ({scope_words(view)}; {view.screen}: "
             f"{sanitize(view.filter, max_chars=FILTER_CHARS)})")
 
 

@@ -408,6 +408,7 @@ class FieldListScreen(PollingScreen, Generic[RowT]):
         self.filter_value = FieldFilter()
         self.every: list[RowT] = []
         self.shown: list[RowT] = []
+        self.empty_words: dict[str, str] = {}  # each list's line when it has no row (list_beside_pane)
 
     def filter_chrome(self, hint: str) -> ComposeResult:
         """The top of the screen: the status lines, the filter bar (`/`) with its keys, the filter's line."""
@@ -419,11 +420,15 @@ class FieldListScreen(PollingScreen, Generic[RowT]):
         """The list under its title, the line that takes its place when it is empty, and beside it the
         pane that tells of the selected row (`#<id>-detail`); the screen's .tcss lays out
         `#<id>-body`, `#<id>-left` and `#<id>-pane`."""
+        # until the first answer the list is unknown, not empty: "no operation yet" under a dead
+        # database would be a false all-clear (the header says whether the database answers)
+        self.empty_words[table_id] = empty
         with Horizontal(id=f"{table_id}-body"):
             with Vertical(id=f"{table_id}-left"):
                 yield Label(title, classes="section-title")
                 yield LiveTable(columns, id=table_id)
-                yield Static(empty, id=f"no-{table_id}")
+                yield Static(Text("Not read yet: waiting for the database (the header says whether it answers).",
+                                  style="bold yellow"), id=f"no-{table_id}")
             with VerticalScroll(id=f"{table_id}-pane"):
                 yield Static(id=f"{table_id}-detail")
 
@@ -450,6 +455,8 @@ class FieldListScreen(PollingScreen, Generic[RowT]):
         if every and not self.shown:
             none.update(Text(f"No {noun} matches the filter {sanitize(self.filter_value.describe(), max_chars=80)} "
                              "(esc clears it).", style="bold yellow"))
+        elif not every and self.loaded_once:
+            none.update(self.empty_words.get(table_id, ""))
         self.query_one(FilterLine).show_filter(self.filter_value.describe(), matched=len(self.shown), total=len(every),
                                                extra=tail(len(self.shown)) if tail else None)
         return none

@@ -91,7 +91,8 @@ class BulkOperationsScreen(FieldListScreen[BulkOperation]):
     def _preview(self) -> None:
         self.describe_selected("#operations-detail", self.selected_operation(), "Select an operation.",
                                lambda op: Group(words.operation_panel(op, bar_width=40),
-                                                Text("\nenter: its progress and the calls not applied · s: stop",
+                                                Text("\nenter: its progress and the calls not applied"
+                                                     + ("" if self.leasectl.session.read_only_reason else " · s: stop"),
                                                      style="dim")))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
