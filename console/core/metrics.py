@@ -6,6 +6,7 @@ The JSON of `leasectl metrics --json` is a contract (docs/contract.md §7): the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, get_args
 
@@ -140,12 +141,43 @@ class TotalRow(Row):
     buckets: list[float]
 
 
+# Calls in outcome_unknown get a series each (leasectl_outcome_unknown_call{id, tool, side_effect} 1),
+# so that an alert can say which call and carry `leasectl --context C show ID`. Bounded, because every
+# label set is a time series Prometheus keeps in memory and in its index for as long as it lives and
+# then for its retention: call ids are unbounded over time, and the day a provider fails thousands of
+# calls can fall into outcome_unknown at once -- the very moment Prometheus must keep working and the
+# page must stay readable. At most this many per exporter, the longest waiting first (a call listed
+# stays listed until it leaves the state: its alert does not flap as others arrive); the rest are
+# counted in leasectl_outcome_unknown_unlisted_calls, and past a handful the single commands matter
+# less than the Approvals screen and its bulk actions anyway.
+LISTED_UNKNOWN = 50
+
+
+@dataclass(frozen=True)
+class WaitingCall:
+    """One call in outcome_unknown with a series of its own."""
+
+    id: str
+    tool: str
+    side_effect: str
+
+
+@dataclass(frozen=True)
+class WaitingCalls:
+    """The calls in outcome_unknown listed one by one (at most LISTED_UNKNOWN), and how many wait in all."""
+
+    listed: tuple[WaitingCall, ...]
+    waiting: int
+
+
 class Scrape(Row):
     """One read of everything /metrics shows, in one snapshot."""
 
     live: list[LiveRow]
     totals: list[TotalRow]
     orphaned_agents: int = 0  # migration 0018's rule (queries/views/orphans.sql)
+    # the calls in outcome_unknown one by one, read in the same snapshot (None: not read)
+    waiting: WaitingCalls | None = None
 
 
 class AcceptWaitTotals:

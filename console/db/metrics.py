@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from console.core.metrics import (
+    LISTED_UNKNOWN,
     SPARK_MINUTES,
     AcceptWaitTotals,
     By,
@@ -21,6 +22,8 @@ from console.core.metrics import (
     MinuteSeries,
     Scrape,
     TotalRow,
+    WaitingCall,
+    WaitingCalls,
     check_by,
 )
 from console.core.models import ToolSettings
@@ -104,7 +107,10 @@ def scrape(conn: Conn, accept: AcceptWaitTotals | None = None) -> Scrape:
                                                                through=after)], through=after)
         tail = [TotalRow.model_validate(r) for r in run(conn, "metrics/accept_wait", after=after, through=EVERY_ID)]
         orphans = run(conn, "views/orphans")
-    return Scrape(live=live, totals=[*totals, *kept.with_tail(tail)], orphaned_agents=len(orphans))
+        listed = run(conn, "metrics/outcome_unknown_calls", limit=LISTED_UNKNOWN)
+    waiting = WaitingCalls(listed=tuple(WaitingCall(str(r["id"]), r["tool"], r["side_effect"]) for r in listed),
+                           waiting=int(listed[0]["waiting"]) if listed else 0)
+    return Scrape(live=live, totals=[*totals, *kept.with_tail(tail)], orphaned_agents=len(orphans), waiting=waiting)
 
 
 def fold(conn: Conn, *, lag_seconds: float = 60.0) -> FoldResult:

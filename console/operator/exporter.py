@@ -23,7 +23,7 @@ wake the on-call engineer.
 * Idle connections cost a file descriptor, not a thread (ParkingWSGIServer, below).
 * Owners never become labels: tool, model, provider, service (the tool's, tools.service), state,
   side_effect, cause. Call ids become one, in one family only and bounded: the calls waiting in
-  outcome_unknown (leasectl_outcome_unknown_call, at most LISTED_UNKNOWN of them; see there), so
+  outcome_unknown (leasectl_outcome_unknown_call, at most LISTED_UNKNOWN of them; console/core/metrics.py says why), so
   that an alert can carry the command that opens the call.
 * leasectl_accept_wait_seconds is not in migration 0008's rollup (it would take a migration): the
   exporter folds it itself by the rollup's watermark (console.core.metrics.AcceptWaitTotals), so
@@ -47,9 +47,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from console.core.metrics import AcceptWaitTotals, Scrape, TotalRow
+from console.core.metrics import LISTED_UNKNOWN, AcceptWaitTotals, Scrape, TotalRow, WaitingCalls
 from console.db import metrics
-from console.db.connect import Conn, ping, run
+from console.db.connect import ping
 from console.db.lane import Lane
 from console.shared.config import METRICS_CACHE_SECONDS, METRICS_LISTEN
 from console.shared.errors import BadInput, LeasectlError, PermissionDenied, ReadOnlySession
@@ -64,17 +64,6 @@ FOLD_LAG_SECONDS = 60.0
 STATES = ("queued", "running", "cancel_requested", "outcome_unknown")
 CAUSES = ("lock_timeout", "statement_timeout")
 CALL_LABELS = ["tool", "model", "provider", "service"]
-# Calls in outcome_unknown get a series each (leasectl_outcome_unknown_call{id, tool, side_effect} 1),
-# so that an alert can say which call and carry `leasectl --context C show ID`. Bounded, because every
-# label set is a time series Prometheus keeps in memory and in its index for as long as it lives and
-# then for its retention: call ids are unbounded over time, and the day a provider fails thousands of
-# calls can fall into outcome_unknown at once -- the very moment Prometheus must keep working and the
-# page must stay readable. At most this many per exporter, the longest waiting first (a call listed
-# stays listed until it leaves the state: its alert does not flap as others arrive); the rest are
-# counted in leasectl_outcome_unknown_unlisted_calls, and past a handful the single commands matter
-# less than the Approvals screen and its bulk actions anyway.
-LISTED_UNKNOWN = 50
-
 COUNTERS = {  # metric in the history -> (family name without _total, help)
     "renewal_failures": ("leasectl_renewal_failures",
                          "Heartbeats answered with zero rows: the lease was lost (heartbeat_lost)."),
@@ -147,32 +136,6 @@ def exporter_lane(dsn: str, *, read_only: bool = False, application_name: str = 
 # ----------------------------------------------------------------------------- the collector
 
 
-@dataclass(frozen=True)
-class WaitingCall:
-    """One call in outcome_unknown with a series of its own."""
-
-    id: str
-    tool: str
-    side_effect: str
-
-
-@dataclass(frozen=True)
-class WaitingCalls:
-    """The calls in outcome_unknown listed one by one (at most LISTED_UNKNOWN), and how many wait in all."""
-
-    listed: tuple[WaitingCall, ...]
-    waiting: int
-
-
-def waiting_calls(conn: Conn, limit: int = LISTED_UNKNOWN) -> WaitingCalls:
-    """queries/metrics/outcome_unknown_calls.sql: a statement of its own after the scrape's snapshot
-    (console.db.metrics.scrape), so leasectl_outcome_unknown_calls may differ from these for one
-    scrape when a call moves in between; the listed and the unlisted always add up."""
-    rows = run(conn, "metrics/outcome_unknown_calls", limit=limit)
-    return WaitingCalls(listed=tuple(WaitingCall(str(r["id"]), r["tool"], r["side_effect"]) for r in rows),
-                        waiting=int(rows[0]["waiting"]) if rows else 0)
-
-
 def _label(value: str | None) -> str:
     return "" if value is None else value
 
@@ -184,6 +147,7 @@ def families_of(scrape: Scrape, waiting: WaitingCalls | None = None) -> list[Met
                               for name, (doc, labels) in GAUGES.items()}
     out["leasectl_up"].add_metric([], 1)
     out["leasectl_orphaned_agents"].add_metric([], scrape.orphaned_agents)
+    waiting = waiting or scrape.waiting  # the scrape's own, read in its snapshot
     if waiting is None:
         waiting = WaitingCalls((), sum(r.calls for r in scrape.live if r.state == "outcome_unknown"))
     for call in waiting.listed[:LISTED_UNKNOWN]:
@@ -287,7 +251,7 @@ class LeasectlCollector:
     `leasectl_up 0` and nothing else, and that failure is what the cache holds from then on.
     Cached values carry their age (leasectl_data_age_seconds)."""
 
-    def __init__(self, read: Callable[[], Scrape | tuple[Scrape, WaitingCalls]], *,
+    def __init__(self, read: Callable[[], Scrape], *,
                  alive: Callable[[], object] | None = None,
                  cache_seconds: float = CACHE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self._read = read
@@ -330,8 +294,7 @@ class LeasectlCollector:
         if self.last_error is not None:
             log.warning("database answers again")
         self.last_error = None
-        scrape, waiting = answer if isinstance(answer, tuple) else (answer, None)
-        families = families_of(scrape, waiting)
+        families = families_of(answer)
         self._never_backwards(families)
         return families, True
 
@@ -614,7 +577,7 @@ def start(dsn: str, listen: str = DEFAULT_LISTEN, *, read_only: bool = False, ca
     accept = AcceptWaitTotals()  # this exporter's fold of leasectl_accept_wait_seconds
     # reads: a connection killed while idle (a server restart) is made again and read once more
     # (Lane.read), so a database that answers is never reported down
-    collector = LeasectlCollector(lambda: reads.read(lambda conn: (metrics.scrape(conn, accept), waiting_calls(conn))),
+    collector = LeasectlCollector(lambda: reads.read(lambda conn: metrics.scrape(conn, accept)),
                                   alive=lambda: reads.read(ping), cache_seconds=cache_seconds)
     registry = make_registry(collector)
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.core.metrics import LiveRow, Scrape
+from console.core.metrics import LiveRow, Scrape, WaitingCall, WaitingCalls
 from console.operator import exporter
 from tests.db.test_exporter_prometheus import http_get
 from tests.helpers import SLOW, claim, enqueue, mark_terminal, register_tool, report_unknown, start_side_effect
@@ -101,8 +101,8 @@ def test_the_series_are_capped_the_longest_waiting_listed_and_the_rest_counted(d
 
 def test_the_families_never_list_more_than_the_cap_and_count_all_when_not_read():
     cap = exporter.LISTED_UNKNOWN
-    many = exporter.WaitingCalls(tuple(exporter.WaitingCall(f"id-{n}", "pay", "mutating_unverifiable")
-                                       for n in range(cap + 10)), waiting=cap + 25)
+    many = WaitingCalls(tuple(WaitingCall(f"id-{n}", "pay", "mutating_unverifiable")
+                              for n in range(cap + 10)), waiting=cap + 25)
     live = [LiveRow(tool="pay", side_effect="mutating_unverifiable", state="outcome_unknown", calls=cap + 25,
                     db_now=NOW)]
     families = {f.name: f for f in exporter.families_of(Scrape(live=live, totals=[]), many)}

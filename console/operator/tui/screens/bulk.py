@@ -246,14 +246,7 @@ class BulkOperationScreen(PollingScreen):
         return super().check_action(action, parameters)
 
     def action_stop_operation(self) -> None:
-        op = self.operation
-        if not self.ready_to_act(op, "an operation"):
-            return
-        if op.state != "running":
-            self.app.notify(f"Operation {op.short_id} is {op.state}: there is nothing to stop.", title="Nothing to do",
-                            severity="warning")
-            return
-        self.app.push_screen(StopOperationDialog(op, seen_at=self.fetched_at), lambda _result: self.wake())
+        ask_to_stop(self, self.operation)
 
     def action_open_call(self) -> None:
         key = self.query_one("#not-applied", LiveTable).cursor_key
@@ -263,6 +256,17 @@ class BulkOperationScreen(PollingScreen):
 
     def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
         self.action_open_call()
+
+
+def ask_to_stop(screen: PollingScreen, op: BulkOperation | None) -> None:
+    """`s` on an operation (its progress, or the list of them): the stop dialog, or why not."""
+    if not screen.ready_to_act(op, "an operation"):
+        return
+    if op.state != "running":
+        screen.app.notify(f"Operation {op.short_id} is {op.state}: there is nothing to stop.", title="Nothing to do",
+                          severity="warning")
+        return
+    screen.app.push_screen(StopOperationDialog(op, seen_at=screen.fetched_at), lambda _result: screen.wake())
 
 
 class StopOperationDialog(GuardedDialog):

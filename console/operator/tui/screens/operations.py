@@ -20,7 +20,7 @@ from console.db.connect import Conn
 from console.operator.present import bulk as words
 from console.operator.tui.cells import Cell
 from console.operator.tui.screens.base import BACK_BINDING, FieldListScreen
-from console.operator.tui.screens.bulk import BulkOperationScreen, StopOperationDialog
+from console.operator.tui.screens.bulk import BulkOperationScreen, ask_to_stop
 from console.operator.tui.widgets.livetable import Column, LiveTable
 
 OPERATION_KEYS = {"state": "running, stopping, stopped or finished", "action": "cancel, mark_terminal, approve_retry",
@@ -107,11 +107,4 @@ class BulkOperationsScreen(FieldListScreen[BulkOperation]):
         self.app.push_screen(BulkOperationScreen(op.id))
 
     def action_stop_operation(self) -> None:
-        op = self.selected_operation()
-        if not self.ready_to_act(op, "an operation"):
-            return
-        if op.state != "running":
-            self.app.notify(f"Operation {op.short_id} is {op.state}: there is nothing to stop.", title="Nothing to do",
-                            severity="warning")
-            return
-        self.app.push_screen(StopOperationDialog(op, seen_at=self.fetched_at), lambda _result: self.wake())
+        ask_to_stop(self, self.selected_operation())
