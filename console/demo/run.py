@@ -18,7 +18,7 @@ from console.db.connect import connect, run, run_one
 from console.db.migrate import migrate
 from console.demo.fleet import Fleet
 from console.shared.dsn import masked_dsn
-from console.shared.errors import BadInput
+from console.shared.errors import BadInput, SchemaError
 
 
 def default_data_dir() -> Path:
@@ -73,7 +73,16 @@ def run_demo(options: DemoOptions, say: Announcer, open_console: Callable[[str],
         signal.signal(signum, _interrupt)
     dsn, _server = prepare_database(options, say)
     with connect(dsn) as conn:
-        migrate(conn)
+        try:
+            migrate(conn)
+        except SchemaError as exc:
+            if options.dsn is not None:  # a database of the user's: never the demo's to start afresh
+                raise
+            # the demo's database is the demo's own: one a build from before made (a migration since
+            # changed, a schema newer than this one) is started afresh, never worked around
+            raise SchemaError(f"the demo's database was made by another build of leasectl: {exc}",
+                              hint="`leasectl demo --reset` starts the demo afresh (it removes only the demo's "
+                                   f"data directory, {options.data_dir})") from None
     fleet = Fleet(dsn, seed=options.seed, tempo=options.tempo, say=say)
     with connect(dsn) as conn:
         fleet.prepare(conn)
