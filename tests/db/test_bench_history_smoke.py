@@ -30,3 +30,14 @@ def test_the_history_benchmark_runs_and_prints_its_figures(pg_server: Server) ->
     assert "Traceback" not in done.stderr
     for line in LINES:
         assert line in done.stdout, (line, done.stdout[-3000:])
+
+
+def test_the_conversion_benchmark_runs_and_times_0021_alone(pg_server: Server) -> None:
+    """tests/bench/conversion.py (the README's lock time of 0021 over 1M events): it crashed once a
+    migration after 0021 existed (it applied every pending file and timed them all)."""
+    if pg_server.embedded is None:
+        pytest.skip("the benchmarks are smoke-tested on the embedded server")
+    done = subprocess.run([sys.executable, "-m", "tests.bench.conversion", "--dsn", pg_server.dsn, "--events", "3000"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "0021 applied in" in done.stdout and "events kept" in done.stdout

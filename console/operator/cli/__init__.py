@@ -22,6 +22,7 @@ from console.operator.cli import admin, audit, calls, fleet  # noqa: F401 - each
 from console.operator.cli import bulk as bulk_commands  # noqa: F401 - `bulk status|stop|resume`
 from console.operator.cli import contexts as contexts_commands  # noqa: F401 - `contexts [--json]`
 from console.operator.cli import metrics as metrics_commands  # noqa: F401 - `metrics`, `metrics serve`
+from console.operator.cli import serve as serve_commands  # noqa: F401 - `serve`, `serve users`
 from console.operator.cli import triage as triage_commands  # noqa: F401 - `triage [--all-contexts]`
 from console.operator.cli import views as views_commands  # noqa: F401 - `views save|list|delete`
 from console.operator.cli.common import (

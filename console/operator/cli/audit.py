@@ -43,6 +43,7 @@ from console.operator.cli.common import (
     out,
     print_json,
     read_dsn_option,
+    show_rows,
 )
 from console.operator.files import BackgroundWriter, atomic_write, stdout_writer, writable_target
 from console.operator.present import audit as words
@@ -193,6 +194,37 @@ def actions_command(
     out.print(words.actions_block(rows))
     if not rows:
         err.print("no operator action matches")
+
+
+# ----------------------------------------------------------------------------- sign-ins
+
+
+@audit_app.command("sign-ins")
+@friendly
+def sign_ins_command(
+    person: Annotated[str | None, typer.Option("--person", help="Only attempts naming this person",
+                                               show_default=False)] = None,
+    outcome: Annotated[str | None, typer.Option("--outcome", help="signed_in | refused | rate_limited | signed_out "
+                                                "| expired", show_default=False)] = None,
+    since: SinceOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many, newest first")] = 100,
+    as_json: JsonOption = False,
+    dsn: DsnOption = None,
+) -> None:
+    """The web console's sign-in journal (`leasectl serve`), newest first: every attempt, refused and
+    rate-limited ones included, every sign-out and every session that expired, with the browser's
+    address and the serve login that wrote it."""
+    from console.db.web import OUTCOMES as SIGN_IN_OUTCOMES
+    from console.db.web import sign_ins
+    from console.operator.present.web import sign_ins_table
+
+    if outcome is not None and outcome not in SIGN_IN_OUTCOMES:
+        raise BadInput(f"--outcome {sanitize(outcome, max_chars=40)}: use {', '.join(SIGN_IN_OUTCOMES)}")
+    with connect_for_audit(dsn) as conn:
+        start = _since(conn, since)
+        rows = sign_ins(conn, person=person, outcome=outcome, since=start.at if start else None, limit=limit)
+    show_rows(rows, as_json=as_json, table=sign_ins_table,
+              none="no sign-in matches (the web console, `leasectl serve`, journals every attempt here)")
 
 
 # ----------------------------------------------------------------------------- export

@@ -7,6 +7,9 @@ nothing in the database (no type-ahead guard needed: nothing here can do harm).
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -31,6 +34,23 @@ Writer = Callable[[Path, str, Callable[[int, int | None], None], Callable[[], bo
 
 def check_target(text: str) -> Path:
     return writable_target(text, what="the file")
+
+
+_WEB_EXPORTS: list[Path] = []
+
+
+def web_target(text: str) -> Path:
+    """In a browser (`leasectl serve`) the file goes to the person's browser, never where they say on
+    the server's disk: only the name is kept, the file is written in this console process's own
+    private directory (0700, removed when the process ends) and handed to the tab as a download."""
+    name = Path(text.strip().replace("\\", "/")).name
+    if not name or name in (".", ".."):
+        raise BadInput("give the file a name (it is saved by your browser)")
+    if not _WEB_EXPORTS:
+        directory = Path(tempfile.mkdtemp(prefix="leasectl-web-export-"))
+        _WEB_EXPORTS.append(directory)
+        atexit.register(shutil.rmtree, directory, True)
+    return _WEB_EXPORTS[0] / name
 
 
 class ExportDialog(Dialog[Path | None]):
@@ -87,8 +107,12 @@ class ExportDialog(Dialog[Path | None]):
         with Vertical(id="export"):
             yield Static(Text(self.title_words, style="bold"), id="export-title")
             yield Static(Text(self.what), id="export-what")
-            yield Label("Write to (a new file; written under a temporary name, renamed when complete):")
-            yield Input(value=self.default_path, id="export-path")
+            if self.app.is_web:
+                yield Label("Save as (your browser downloads it):")
+                yield Input(value=Path(self.default_path).name, id="export-path")
+            else:
+                yield Label("Write to (a new file; written under a temporary name, renamed when complete):")
+                yield Input(value=self.default_path, id="export-path")
             if self.formats:
                 yield Label("Format:")
                 yield Select([(f, f) for f in self.formats], value=self.formats[0], allow_blank=False,
@@ -110,7 +134,8 @@ class ExportDialog(Dialog[Path | None]):
         if self.running:
             return
         try:
-            path = check_target(self.query_one("#export-path", Input).value)
+            typed = self.query_one("#export-path", Input).value
+            path = web_target(typed) if self.app.is_web else check_target(typed)
         except BadInput as exc:
             self._say(Text(str(exc), style="bold red"))
             return
@@ -141,6 +166,11 @@ class ExportDialog(Dialog[Path | None]):
             path, count = event.worker.result  # type: ignore[misc]
             self.running = False
             self.written = path
+            if self.app.is_web:
+                self.app.deliver_binary(path, save_filename=path.name)
+                self._say(Text(f"EXPORTED — {counted(count, 'record')}, handed to your browser as "
+                               f"{sanitize(path.name)}. esc closes.", style="bold green"))
+                return
             self._say(Text(f"WRITTEN — {counted(count, 'record')} to {sanitize(str(path))}. esc closes.",
                            style="bold green"))
         elif event.state == WorkerState.ERROR:
