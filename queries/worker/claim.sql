@@ -15,7 +15,7 @@
 -- Zero rows: nothing to do for these tools right now (or only calls under a cap, or paused).
 -- Parameters: worker_id, tools (text[] or null for any tool)
 with expired as (
-    select j.id, j.tool, j.agent_id, t.max_running
+    select j.id, j.tool, j.agent_id, j.attempt, t.max_running
     from tool_jobs j
     join tools t on t.name = j.tool
     where j.state = 'running'
@@ -51,7 +51,7 @@ full_caps as materialized (
                                            and r.state in ('running', 'cancel_requested'))) as agents
 ),
 fresh as (
-    select j.id, j.tool, j.agent_id, t.max_running
+    select j.id, j.tool, j.agent_id, j.attempt, t.max_running
     from tool_jobs j
     join tools t on t.name = j.tool
     cross join full_caps f
@@ -78,19 +78,19 @@ candidate as (
     union all
     select * from fresh
 ),
--- A capped call takes a slot of each cap now (leasectl_take_slot, the tool's first), or is not
--- claimed this time: another claimer took the last free one since this statement's snapshot. In
--- the select list, so that it runs for the chosen call only (a condition could be evaluated on
--- other rows before the join). The guard checks the slots again (leasectl_claim_room).
+-- A capped call takes a slot of each cap now, in one call (leasectl_take_slots, migration 0026: the
+-- tool's first; a call that ran before keeps the slot it may hold), or is not claimed this time:
+-- another claimer took the last free one since this statement's snapshot. In the select list, so
+-- that it runs for the chosen call only (a condition could be evaluated on other rows before the
+-- join). The guard checks that this transaction took them (leasectl_claim_room).
 slotted as materialized (
     select c.id,
            case when c.max_running is null
                      and not exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
                 then true
-                when c.max_running is not null and not leasectl_take_slot('tool', c.tool, c.id) then false
-                when exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
-                then leasectl_take_slot('agent', c.agent_id, c.id)
-                else true end as has_room
+                else leasectl_take_slots(c.tool, c.max_running is not null, c.agent_id,
+                                         exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null),
+                                         c.id, c.attempt > 0) end as has_room
     from candidate c
 )
 update tool_jobs j

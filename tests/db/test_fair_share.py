@@ -152,6 +152,33 @@ def test_claimers_take_slots_side_by_side_and_a_hand_claim_past_the_cap_is_refus
     assert running(conn, tool="capped") == 2
 
 
+def test_a_retried_call_never_starts_on_a_slot_another_claimer_is_taking(db: Any, conn: Any) -> None:
+    """Step by step, under a cap of 2 (migration 0026): J ran on slot 1 and was given back to the
+    queue, so slot 1 still names it but is free. X takes slot 1 for M and has not committed; a claim
+    of J must not count slot 1 as J's (up to 0025 the slot that named J passed, unlocked, and J, K
+    and M ran at once): it finds no slot this time and claims nothing; once X commits, nothing more
+    starts until one ends."""
+    set_limits(conn, "capped", max_running=2)
+    j, k, m = (h.enqueue(conn, "capped") for _ in range(3))
+    got_j = h.claim(conn, "wj", ["capped"])
+    got_k = h.claim(conn, "wk", ["capped"])
+    assert got_j is not None and got_j["id"] == j["id"] and got_k is not None and got_k["id"] == k["id"]
+    assert h.fail(conn, got_j, "wj", retryable=True) is not None
+    assert h.job(conn, j["id"])["state"] == "queued"
+    with db.connect() as x, x.transaction():
+        assert x.execute("select leasectl_take_slots('capped', true, null, false, %s, false) as ok",
+                         (m["id"],)).fetchone()["ok"], "X takes the free slot for M"
+        assert h.claim(conn, "wj", ["capped"]) is None, "J's old slot is X's now: no slot this time"
+        x.execute("update tool_jobs set state = 'running', owner_id = 'wm', fencing_token = fencing_token + 1, "
+                  "attempt = attempt + 1, lease_until = now() + interval '30 seconds', heartbeat_at = now() "
+                  "where id = %s", (m["id"],))
+    assert running(conn, tool="capped") == 2
+    assert h.claim(conn, "wj", ["capped"]) is None, "the cap is full"
+    assert h.complete(conn, got_k, "wk") is not None
+    again = h.claim(conn, "wj", ["capped"])
+    assert again is not None and again["id"] == j["id"] and running(conn, tool="capped") == 2
+
+
 def test_a_cap_set_over_running_calls_counts_them(conn: Any) -> None:
     calls = [h.enqueue(conn, "capped") for _ in range(4)]
     held = [h.claim(conn, f"w{i}", ["capped"]) for i in range(3)]

@@ -190,7 +190,8 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
                                   "0016_fair_share", "0017_operator_revoke",
                                   "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch",
                                   "0021_job_events_partitioned", "0022_saved_views", "0023_bulk_operations",
-                                  "0024_trace_inherit", "0025_web_sign_ins"]
+                                  "0024_trace_inherit", "0025_web_sign_ins",
+                                  "0026_cap_slot_once"]
         assert report.version == known_version()
         # 0022: saved views begin empty, under row level security keyed on the login
         assert rows("saved_views") == []
