@@ -82,15 +82,36 @@ pgbouncer: ## install pgbouncer for the pooler tests, when missing and possible
 	  || echo "warning: pgbouncer could not be installed: the pooler tests will skip"; \
 	else echo "warning: pgbouncer missing and not root with apt-get: the pooler tests will skip"; fi
 
+.PHONY: browser-tools test-browser
+# Chromium and its driver (Debian's chromium and chromium-driver packages) for the browser tier,
+# which drives `leasectl serve` in a headless Chromium through selenium pointed at those binaries
+# (nothing is downloaded at run time); installed when missing. Where they cannot be installed (no
+# root, no apt) that tier skips and says why; `make test-browser` fails instead.
+browser-tools: ## install chromium and chromedriver for the browser tier, when missing and possible
+	@if { command -v chromium || [ -x /usr/bin/chromium ]; } >/dev/null 2>&1 \
+	   && { command -v chromedriver || [ -x /usr/bin/chromedriver ]; } >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "== installing Debian's chromium and chromium-driver packages for the browser tier"; \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null \
+	   || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }) \
+	  || echo "warning: chromium/chromium-driver could not be installed: the browser tier will skip"; \
+	else echo "warning: chromium/chromedriver missing and not root with apt-get: the browser tier will skip"; fi
+
+# The browser tier alone; here, unlike in `make test`, a missing chromium fails the run instead of skipping it
+test-browser: browser-tools $(STAMP) ## a real headless Chromium: sign in, filter, cancel as oneself; what the server refuses
+	LEASECTL_BROWSER_REQUIRED=1 LEASECTL_MIN_TESTS=5 $(PYTEST) -m browser tests/browser
+
 # Everything, on the embedded PostgreSQL 18; the wheel as a user installs it (a fresh virtualenv,
 # not editable, run from outside the checkout); then the database tier on PostgreSQL 15, but for
 # its slow tests (the random-kill stress test, the benchmarks' smoke runs), which ran on 18 just
 # before: with them the whole took 846 s of CI's 15 minutes on a slower machine of this kind.
 # LEASECTL_MIN_TESTS makes a run that collects too few tests fail instead of passing quietly.
-test: tools ha-tools pgbouncer lint ## lint, then every test tier on PostgreSQL 18, PgBouncer, alerting, the wheel, HA, and 15
-	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel and not ha and not pooler and not alerting" tests
+test: tools ha-tools pgbouncer browser-tools lint ## lint, then every test tier on PostgreSQL 18, PgBouncer, alerting, the browser, the wheel, HA, and 15
+	LEASECTL_MIN_TESTS=350 $(PYTEST) -n 4 -m "not slow and not wheel and not ha and not pooler and not alerting and not browser" tests
 	LEASECTL_MIN_TESTS=10 $(PYTEST) -m pooler tests/pooler
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -n 2 -m alerting tests/alerting
+	LEASECTL_MIN_TESTS=5 $(PYTEST) -m browser tests/browser
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -m slow tests
 	LEASECTL_MIN_TESTS=1 $(PYTEST) -s -m ha tests/ha
 	LEASECTL_MIN_TESTS=3 $(PYTEST) -m wheel tests/wheel
@@ -110,9 +131,9 @@ test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped wh
 	else echo "== $(PG15_DSN) does not answer: PostgreSQL 15 pass skipped"; fi
 
 test-fast: $(STAMP) ## every tier but the slow tests and the wheel, no lint
-	$(PYTEST) -n 4 -m "not slow and not wheel and not ha and not alerting" tests
+	$(PYTEST) -n 4 -m "not slow and not wheel and not ha and not alerting and not browser" tests
 
-bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale bench-history ## every benchmark below
+bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale bench-history bench-web ## every benchmark below
 
 .PHONY: bench-audit bench-scale
 bench-scale: $(STAMP) ## a fleet at the size agents run
@@ -120,6 +141,10 @@ bench-scale: $(STAMP) ## a fleet at the size agents run
 
 bench-audit: $(STAMP) ## the auditor's tools over a big history
 	$(BIN)/python -m tests.bench.audit $(ARGS)
+
+.PHONY: bench-web
+bench-web: $(STAMP) browser-tools ## the console in a browser: sessions held at once, memory per session, keystroke-to-screen latency
+	$(BIN)/python -m tests.bench.web $(ARGS)
 
 .PHONY: bench-history
 bench-history: $(STAMP) ## the history partitioned by month against one table (10M events; ARGS='--events N'), and 0021's conversion of 1M

@@ -39,8 +39,9 @@ def test_demo_and_test_run_what_they_ran():
     test = make("-n", "test")
     assert test.returncode == 0, test.stderr
     assert 'LEASECTL_MIN_TESTS=350 .venv/bin/python -m pytest -p no:cacheprovider -n 4 ' \
-           '-m "not slow and not wheel and not ha and not pooler and not alerting" tests' in test.stdout
+           '-m "not slow and not wheel and not ha and not pooler and not alerting and not browser" tests' in test.stdout
     # the tiers that need a tool of their own run apart, each with its least count of tests
     assert "-m pooler tests/pooler" in test.stdout and "-m ha tests/ha" in test.stdout
     assert "-m alerting tests/alerting" in test.stdout
+    assert "LEASECTL_MIN_TESTS=5 .venv/bin/python -m pytest -p no:cacheprovider -m browser tests/browser" in test.stdout
     assert "ruff check" in test.stdout and "lint-imports" in test.stdout

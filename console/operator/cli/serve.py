@@ -14,6 +14,7 @@ from console.operator.cli.common import (
     DsnOption,
     JsonOption,
     app,
+    chosen_context,
     connect_for_reading,
     dsn_option,
     err,
@@ -81,6 +82,9 @@ def serve(
                         ] = "12h",
     max_consoles: Annotated[int, typer.Option("--max-consoles", min=1, max=500, help="Browser tabs served at once "
                                               "(each is a console process with its connections)")] = 16,
+    label: Annotated[str | None, typer.Option("--label", show_default=False, help="What the console's header "
+                                              "calls this database (default: the context's name, else "
+                                              "host/database)")] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the console to browsers at http://127.0.0.1:8022/. Each person signs in (the users file,
@@ -89,12 +93,13 @@ def serve(
     if ctx.invoked_subcommand is not None:
         return
     friendly(_serve)(listen, users, tls_cert, tls_key, insecure_listen, trusted_header, trusted_proxy, public_url,
-                     allow_host, idle, lifetime, max_consoles, dsn)
+                     allow_host, idle, lifetime, max_consoles, label, dsn)
 
 
 def _serve(listen: str, users: Path | None, tls_cert: Path | None, tls_key: Path | None, insecure_listen: bool,
            trusted_header: str | None, trusted_proxy: list[str] | None, public_url: str | None,
-           allow_host: list[str] | None, idle: str, lifetime: str, max_consoles: int, dsn: str | None) -> None:
+           allow_host: list[str] | None, idle: str, lifetime: str, max_consoles: int, label: str | None,
+           dsn: str | None) -> None:
     from urllib.parse import urlsplit
 
     from console.db.web import may_journal
@@ -134,7 +139,8 @@ def _serve(listen: str, users: Path | None, tls_cert: Path | None, tls_key: Path
         trusted_proxies=frozenset(trusted_proxy) if trusted_proxy else frozenset({"127.0.0.1", "::1"}),
         public_url=public_url.rstrip("/") if public_url else None, allow_hosts=tuple(allow_host or ()),
         idle_seconds=parse_duration(idle, what="--idle"), lifetime_seconds=parse_duration(lifetime, what="--session"),
-        max_consoles=max_consoles, read_only=read_only_option())
+        max_consoles=max_consoles, read_only=read_only_option(),
+        label=label or (context.name if (context := chosen_context()) else None))
     # before anything listens: the database answers, its schema is this release's, and this login
     # may journal sign-ins (else no one could sign in, and they would learn it only then)
     with connect_for_reading(config.dsn, replica=False) as conn:
