@@ -81,6 +81,18 @@ class TryLimiter:
     def clear(self, key: str) -> None:
         self._failures.pop(key, None)
 
+    def forgive(self, key: str, at: float) -> None:
+        """Take back one try counted at `at` (a try that turned out right)."""
+        failures = self._failures.get(key)
+        if failures is None:
+            return
+        for i in range(len(failures) - 1, -1, -1):
+            if failures[i] == at:
+                del failures[i]
+                break
+        if not failures:
+            del self._failures[key]
+
     def __len__(self) -> int:
         return len(self._failures)
 
@@ -95,12 +107,26 @@ class SignInLimits:
     def wait(self, person: str, address: str, now: float) -> float:
         return max(self.by_person.wait(person.casefold(), now), self.by_address.wait(address, now))
 
+    def attempt(self, person: str, address: str, now: float) -> float:
+        """Ask and count at once: 0 when the try may go on, and it is then counted as failed until
+        `succeeded` says otherwise; else the seconds to wait (nothing counted). Counted before the
+        password is checked, not after: tries sent at the same moment would otherwise all pass the
+        limit while the first is still being checked."""
+        wait = self.wait(person, address, now)
+        if wait == 0:
+            self.failed(person, address, now)
+        return wait
+
     def failed(self, person: str, address: str, now: float) -> None:
         self.by_person.failed(person.casefold(), now)
         self.by_address.failed(address, now)
 
-    def succeeded(self, person: str) -> None:
+    def succeeded(self, person: str, address: str | None = None, at: float | None = None) -> None:
+        """A right password: its name starts afresh, and the try `attempt` counted at `at` for its
+        address is taken back."""
         self.by_person.clear(person.casefold())
+        if address is not None and at is not None:
+            self.by_address.forgive(address, at)
 
 
 @dataclass
@@ -195,13 +221,16 @@ def split_host(host: str) -> tuple[str, int | None]:
     return name, None
 
 
-def allowed_host(host: str | None, names: frozenset[str], port: int) -> bool:
-    """Whether a request's Host header names this server: one of its names at its port. A page on
-    a name the attacker controls that resolves to this machine (DNS rebinding) carries its own name
-    in Host and is refused, though same-origin rules would let its scripts read the answers."""
+def allowed_host(host: str | None, names: frozenset[str], port: int, scheme: str = "http") -> bool:
+    """Whether a request's Host header names this server: one of its names at its port (no port:
+    the scheme's own, as a proxy's `Host $host` sends it). A page on a name the attacker controls
+    that resolves to this machine (DNS rebinding) carries its own name in Host and is refused,
+    though same-origin rules would let its scripts read the answers."""
     if not host:
         return False
     name, given_port = split_host(host)
+    if given_port is None:
+        given_port = 443 if scheme == "https" else 80
     return name in names and given_port == port
 
 
@@ -212,11 +241,15 @@ def allowed_origin(origin: str | None, scheme: str, names: frozenset[str], port:
     origin of ours."""
     if not origin or origin == "null":
         return False
-    parts = urlsplit(origin)
-    if parts.scheme != scheme or parts.path not in ("", "/") or parts.query or parts.username:
+    try:
+        parts = urlsplit(origin)
+        port_given = parts.port  # raises for a port that is not one (`:8022.evil`, `:99999`)
+    except ValueError:
+        return False
+    if parts.scheme != scheme or parts.path not in ("", "/") or parts.query or parts.username is not None:
         return False
     default = 443 if scheme == "https" else 80
-    given = parts.port if parts.port is not None else default
+    given = port_given if port_given is not None else default
     host = (parts.hostname or "").lower()
     shown = f"[{host}]" if ":" in host else host
     return shown in names and given == port

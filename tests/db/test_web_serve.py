@@ -306,7 +306,7 @@ def cli(db, logins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_serve_refuses_what_would_be_unsafe_or_useless_before_it_listens(cli, db):
     invoke, path = cli
-    none = invoke("serve", "--listen", "127.0.0.1:0")
+    none = invoke("serve", "--listen", "127.0.0.1:18022")
     assert none.exit_code == 2 and "nobody can sign in" in none.output
     save_user(path, users()["alice"])
     for args, says in ((["--listen", "0.0.0.0:8022"], "not a loopback address"),
@@ -317,11 +317,13 @@ def test_serve_refuses_what_would_be_unsafe_or_useless_before_it_listens(cli, db
                        (["--tls-cert", str(path), "--tls-key", str(path)], "cannot load"),
                        (["--public-url", "ftp://x"], "scheme://host"),
                        (["--trusted-proxy", "10.0.0.1"], "goes with --trusted-header"),
-                       (["--idle", "soon"], "--idle")):
+                       (["--idle", "soon"], "--idle"),
+                       (["--listen", "127.0.0.1:0"], "the port people will open"),
+                       (["--trusted-header", "X-User", "--trusted-proxy", "10.0.0.0/8"], "IP address")):
         result = invoke("serve", *args)
         assert result.exit_code == 2, (args, result.output)
         assert says in result.output.replace("\n", " "), (args, result.output)
-    not_web = invoke("serve", "--listen", "127.0.0.1:0", dsn=psycopg.conninfo.make_conninfo(db.dsn, user="lc_web_alice"))
+    not_web = invoke("serve", "--listen", "127.0.0.1:18022", dsn=psycopg.conninfo.make_conninfo(db.dsn, user="lc_web_alice"))
     assert not_web.exit_code == 1 and "may not journal sign-ins" in not_web.output
     assert "GRANT leasectl_web" in not_web.output
 
@@ -356,3 +358,128 @@ def test_audit_sign_ins_lists_the_journal(cli, db):
     assert shown.exit_code == 0 and '"reason": "wrong password"' in shown.output and "signed_in" not in shown.output
     assert invoke("audit", "sign-ins", "--outcome", "maybe").exit_code == 2
     assert "no sign-in matches" in invoke("audit", "sign-ins", "--person", "zed").output
+
+
+# --- found by an attack walk (each failed before its mend) ---------------------------------------------
+
+async def test_a_burst_of_sign_ins_sent_at_once_cannot_outrun_the_limit_nor_fill_the_journal(served: Served, db):
+    async with client() as http:
+        answers = await asyncio.gather(*[sign_in(http, served, "alice", f"guess number {i}") for i in range(18)],
+                                       sign_in(http, served, "alice", GOOD))
+        statuses = [r.status for r in answers]
+    assert statuses.count(401) == 5 and statuses.count(303) == 0, statuses
+    assert statuses.count(429) == 14
+    outcomes = [o for _, o, _, _ in journal(db)]
+    assert outcomes.count("refused") == 5
+    assert outcomes.count("rate_limited") == 1, "a flood of refusals is one row a minute per address"
+    served.holder["now"] += 61  # type: ignore[attr-defined]
+    async with client() as http:
+        assert (await sign_in(http, served, "alice", GOOD)).status == 429
+    said = [why for _, o, why, _ in journal(db) if o == "rate_limited"]
+    assert len(said) == 2 and said[1] is not None and "13 more from this address" in said[1]
+
+
+async def test_a_name_with_nul_and_escapes_is_journaled_cleaned(served: Served, db):
+    async with client() as http:
+        r = await sign_in(http, served, "al\x00ice\n\x1b[31m", "wrong password!")
+        assert r.status == 401
+    assert [(p, o) for p, o, _, _ in journal(db)] == [("al?ice??[31m", "refused")]
+
+
+async def test_a_users_file_that_does_not_parse_signs_nobody_in_and_ends_nobody(db, logins, tmp_path: Path):
+    path = tmp_path / "users.toml"
+    save_user(path, users()["alice"])
+    config = ServeConfig(dsn=db.dsn, host="127.0.0.1", port=free_port(), users_file=path)
+    console = WebConsole(config)
+    runner = web.AppRunner(console.make_app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", config.port).start()
+    s = Served(console, config.port)
+    try:
+        async with client() as http:
+            assert (await sign_in(http, s, "alice", GOOD)).status == 303
+            path.write_text("[users.alice\n")  # being edited
+            r = await http.get(s.url("/"), allow_redirects=False)
+            assert r.status == 503 and "users file" in await r.text()
+            assert "Content-Security-Policy" in r.headers, "a refusal carries the headers too"
+            await console.reap()
+            assert len(console.sessions) == 1, "a file being edited ends nobody's session"
+            path.write_text("")  # truncated by an editor before it writes
+            await console.reap()
+            assert len(console.sessions) == 1
+            save_user(path, users()["alice"])
+            assert (await http.get(s.url("/"), allow_redirects=False)).status == 200
+    finally:
+        await runner.cleanup()
+
+
+def test_a_persons_dsn_never_carries_serves_password():
+    from console.operator.web.server import as_login
+
+    dsn = as_login("postgresql://serve:S3cret@db.example:5432/leasectl?sslmode=require", "alice")
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    assert parts["user"] == "alice" and "password" not in parts and parts["sslmode"] == "require"
+    assert as_login("host=x user=serve password=p", None) == "host=x user=serve password=p"
+
+
+def test_a_console_dies_with_a_serve_killed_by_sigkill(db, logins, tmp_path: Path):
+    import os
+    import signal
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "users.toml"
+    save_user(path, users()["alice"])
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "console", "--dsn", db.dsn, "serve", "--listen",
+                                  f"127.0.0.1:{port}", "--users", str(path)], cwd=ROOT, stdout=out,
+                                 stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "the console at" not in log.read_text():
+            assert serve.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+
+        async def open_a_tab() -> None:
+            s = Served(None, port)  # type: ignore[arg-type]
+            async with client() as http:
+                assert (await sign_in(http, s, "alice", GOOD)).status == 303
+                ws = await http.ws_connect(s.url("/ws"), headers={"Origin": s.origin})
+                drawn = b""
+                async with asyncio.timeout(60):
+                    while b"Triage" not in drawn:
+                        drawn += (await ws.receive()).data
+                mine.extend(console_pids(parent=serve.pid))
+                os.kill(serve.pid, signal.SIGKILL)
+                serve.wait(10)
+
+        mine: list[int] = []
+        asyncio.run(open_a_tab())
+        assert len(mine) == 1, "the tab's console, a child of serve"
+        deadline = time.monotonic() + 10
+        while set(console_pids()) & set(mine):
+            assert time.monotonic() < deadline, "a console outlived its serve"
+            time.sleep(0.2)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+
+
+def console_pids(parent: int | None = None) -> list[int]:
+    """The running console processes of `leasectl serve` (of one serve process, if given)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"console.operator.web.console_process" not in (entry / "cmdline").read_bytes():
+                    continue
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent is None or ppid == parent:
+                found.append(int(entry.name))
+    return found

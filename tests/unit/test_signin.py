@@ -66,6 +66,24 @@ def test_names_and_addresses_are_limited_apart_and_a_success_clears_its_name():
     assert limits.wait("somebody-else", "10.9.9.8", 1) == 0
 
 
+def test_a_burst_of_tries_at_one_instant_is_counted_before_any_password_is_checked():
+    """Found by an attack walk: the count came after the (awaited) check, so 19 tries sent at once
+    all passed a limit of five, the right password among them."""
+    limits = SignInLimits()
+    allowed = [limits.attempt("carol", "10.0.0.1", 0) == 0 for _ in range(19)]
+    assert allowed.count(True) == MAX_FAILURES
+    allowed = [limits.attempt(f"n{i}", "10.0.0.2", 0) == 0 for i in range(100)]
+    assert allowed.count(True) == 20, "one address: twenty, whatever the names"
+
+
+def test_a_right_password_takes_back_its_own_count():
+    limits = SignInLimits()
+    for now in range(20):
+        assert limits.attempt(f"p{now}", "10.0.0.3", now) == 0
+        limits.succeeded(f"p{now}", "10.0.0.3", now)
+    assert limits.wait("anyone", "10.0.0.3", 21) == 0, "twenty people signing in from one office"
+
+
 def test_a_session_ends_idle_or_at_its_lifetime_whichever_first():
     sessions = Sessions(idle=60, lifetime=300)
     s = sessions.start("alice", 0)
@@ -92,7 +110,7 @@ def test_two_sessions_of_one_person_have_different_tokens_and_end_apart():
 
 @pytest.mark.parametrize("host, ok", [
     ("127.0.0.1:8022", True), ("localhost:8022", True), ("[::1]:8022", True), ("LOCALHOST:8022", True),
-    ("127.0.0.1", False), ("127.0.0.1:8023", False), ("evil.example:8022", False),
+    ("127.0.0.1", False), ("127.0.0.1:80", False), ("127.0.0.1:8023", False), ("evil.example:8022", False),
     ("127.0.0.1.evil.example:8022", False), ("", False), (None, False), ("127.0.0.1:8022:1", False),
 ])
 def test_host_header_names_this_server_or_is_refused(host, ok):
@@ -103,7 +121,8 @@ def test_host_header_names_this_server_or_is_refused(host, ok):
     ("http://127.0.0.1:8022", True), ("http://localhost:8022", True), ("http://[::1]:8022", True),
     ("https://127.0.0.1:8022", False), ("http://127.0.0.1:8023", False), ("http://127.0.0.1", False),
     ("http://evil.example:8022", False), ("null", False), ("", False), (None, False),
-    ("http://user@127.0.0.1:8022", False), ("http://127.0.0.1:8022/path", False),
+    ("http://user@127.0.0.1:8022", False), ("http://:x@127.0.0.1:8022", False), ("http://127.0.0.1:8022/path", False),
+    ("http://127.0.0.1:8022.evil", False), ("http://127.0.0.1:99999", False), ("http://127.0.0.1:+8022", False),
 ])
 def test_only_this_servers_own_origin_is_accepted(origin, ok):
     assert allowed_origin(origin, "http", NAMES, 8022) is ok
@@ -114,6 +133,9 @@ def test_an_https_origin_on_the_default_port():
     assert allowed_origin("https://console.example", "https", names, 443)
     assert not allowed_origin("http://console.example", "https", names, 443)
     assert split_host("Console.Example") == ("console.example", None)
+    # behind a proxy (nginx's `Host $host` carries no port): the scheme's own port
+    assert allowed_host("console.example", names, 443, "https")
+    assert not allowed_host("console.example", names, 443, "http")
 
 
 # --- the users file --------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit() or not (0 <= int(port_text) <= 65535):
         raise BadInput(f"--listen {text}: give HOST:PORT, e.g. {SERVE_LISTEN}")
+    if int(port_text) == 0:
+        raise BadInput(f"--listen {text}: give the port people will open (the browser's Origin names it)")
     host = host.strip("[]") or "127.0.0.1"
     if host not in ("localhost", "0.0.0.0", "::"):
         try:
@@ -123,6 +125,11 @@ def _serve(listen: str, users: Path | None, tls_cert: Path | None, tls_key: Path
         raise BadInput(f"--trusted-header {trusted_header}: a header name (letters, digits and -)")
     if trusted_proxy and trusted_header is None:
         raise BadInput("--trusted-proxy goes with --trusted-header")
+    for proxy in trusted_proxy or ():
+        try:
+            ipaddress.ip_address(proxy)
+        except ValueError:
+            raise BadInput(f"--trusted-proxy {proxy}: the proxy's IP address (one per option)") from None
     insecure = not is_loopback(host) and tls_cert is None
     if insecure and not insecure_listen:
         raise BadInput(NOT_LOOPBACK.format(host=host))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from pydantic import BaseModel, ConfigDict
@@ -36,7 +37,26 @@ class PersonSession(BaseModel):
         return self.model_dump_json()
 
 
+PARENT_ENV = "LEASECTL_WEB_PARENT"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """This console ends with the serve process that started it, however that one ends: a serve
+    killed with SIGKILL has no time to stop its tabs, and a console left behind would keep its
+    person's connections open and polling (Linux: PR_SET_PDEATHSIG; checked after it is set, since
+    serve may have died just before)."""
+    parent = os.environ.pop(PARENT_ENV, None)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != int(parent):
+        raise SystemExit(1)
+
+
 def main() -> None:
+    die_with_parent()
     raw = os.environ.pop(SESSION_ENV, None)  # not inherited by anything this process starts
     if raw is None:
         print(f"error: {SESSION_ENV} is not set: this program is started by `leasectl serve`, one per browser tab",

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 import textual_serve
 from aiohttp import WSMsgType, web
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
 
@@ -49,7 +49,7 @@ import console.operator.web as web_package
 from console.core.signin import LOOPBACK_NAMES, Sessions, SignInLimits, WebSession, allowed_host, allowed_origin
 from console.db.lane import Lane
 from console.db.web import record_sign_in
-from console.operator.web.console_process import SESSION_ENV, PersonSession
+from console.operator.web.console_process import PARENT_ENV, SESSION_ENV, PersonSession
 from console.shared.dsn import masked_dsn
 from console.shared.errors import LeasectlError
 from console.shared.web_users import WebUser, load_users, verify_password
@@ -65,6 +65,7 @@ COOKIE_SECURE = "__Host-leasectl_session"  # the browser keeps it only if Secure
 MIN_COLUMNS, MAX_COLUMNS, MIN_ROWS, MAX_ROWS = 20, 400, 8, 200
 MAX_MESSAGE = 64 * 1024
 REAP_EVERY = 2.0
+LIMITED_SAID_EVERY = 60.0  # a rate-limited address is journaled at most once a minute
 NEW_TOKEN = web.RequestKey("new_token", str)  # a session the proxy's header started with this request
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "font-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -152,6 +153,7 @@ class PersonConsole(AppService):
         for name in ("LEASECTL_DSN", "DATABASE_URL", "PGPASSWORD", "LEASECTL_WEB_USERS"):
             environment.pop(name, None)
         environment[SESSION_ENV] = self.person.to_env()
+        environment[PARENT_ENV] = str(os.getpid())  # the console dies with this process
         return environment
 
     async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
@@ -208,20 +210,25 @@ class WebConsole:
         # queues instead of taking the machine
         self._checking = asyncio.Semaphore(2)
         self._reaper: asyncio.Task[None] | None = None
+        self._limited_said: dict[str, tuple[float, int]] = {}
         self.started_consoles = 0
 
     # ---------------------------------------------------------------- people and their sessions
     def users(self) -> dict[str, WebUser]:
-        """Read at every sign-in: adding or removing a person takes effect without a restart."""
+        """Read at every sign-in: adding or removing a person takes effect without a restart. A file
+        that does not parse (being edited by hand) signs nobody in meanwhile: UsersUnreadable."""
         if self._users_given is not None:
             return self._users_given
-        return load_users(self.config.users_file)
+        try:
+            return load_users(self.config.users_file)
+        except LeasectlError as exc:
+            log.error("users file: %s", exc)
+            raise UsersUnreadable(str(exc)) from None
 
     def person_session(self, user: WebUser) -> PersonSession:
         config = self.config
-        dsn = make_conninfo(config.dsn, user=user.db_user) if user.db_user else config.dsn
-        read_dsn = (make_conninfo(config.read_dsn, user=user.db_user) if config.read_dsn and user.db_user
-                    else config.read_dsn)
+        dsn = as_login(config.dsn, user.db_user)
+        read_dsn = as_login(config.read_dsn, user.db_user) if config.read_dsn else None
         because = None
         if user.read_only:
             because = f"{user.name} signs in as a viewer"
@@ -241,6 +248,9 @@ class WebConsole:
 
     async def journal_sign_in(self, person: str, outcome: str, remote: str, reason: str | None = None) -> bool:
         """Journal one sign-in event; False (and a line on stderr) if the database did not take it."""
+        person, remote = printable(person), printable(remote)
+        reason = printable(reason) if reason is not None else None
+
         def write(conn: Any) -> int:
             return record_sign_in(conn, person=person, outcome=outcome, remote=remote, reason=reason)
 
@@ -249,7 +259,7 @@ class WebConsole:
                 await asyncio.to_thread(self.journal.act, write)
                 return True
             except LeasectlError as exc:
-                log.error("sign-in journal: could not record %s %s from %s: %s", outcome, person, remote, exc)
+                log.error("sign-in journal: could not record %s %r from %r: %s", outcome, person, remote, exc)
                 return False
 
     def session_of(self, request: web.Request) -> WebSession | None:
@@ -284,6 +294,7 @@ class WebConsole:
             web.static("/static/terminal", TEXTUAL_STATIC, show_index=False),
             web.static("/static/leasectl", OWN_STATIC, show_index=False),
         ])
+        app.on_response_prepare.append(self._headers)
         app.on_startup.append(self._start_reaper)
         app.on_shutdown.append(self._shut_down)
         return app
@@ -291,12 +302,21 @@ class WebConsole:
     @web.middleware
     async def guard(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
         config = self.config
-        if not allowed_host(request.headers.get("Host"), config.names, config.public_port):
+        if not allowed_host(request.headers.get("Host"), config.names, config.public_port, config.scheme):
             return plain(421, "This server does not answer to that host name (Host header); "
                               "open it by one of its own names.")
         if config.trusted_header and (request.remote or "") not in config.trusted_proxies:
             return plain(403, "This server is reached through its reverse proxy only.")
-        response: web.StreamResponse = await handler(request)
+        try:
+            response: web.StreamResponse = await handler(request)
+        except UsersUnreadable:
+            return plain(503, "The server's users file cannot be read just now: nobody signs in until it can. "
+                              "Try again in a minute.")
+        return response
+
+    async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        """On every answer as it is sent (pages, refusals, downloads, errors alike)."""
+        config = self.config
         headers = response.headers
         headers.setdefault("Content-Security-Policy", CSP)
         headers.setdefault("X-Frame-Options", "DENY")
@@ -310,7 +330,6 @@ class WebConsole:
             headers.setdefault("Cache-Control", "no-store")
         if config.secure_cookies:
             headers.setdefault("Strict-Transport-Security", "max-age=31536000")
-        return response
 
     async def handle_index(self, request: web.Request) -> web.StreamResponse:
         session = self.session_of(request) or await self.proxy_sign_in(request)
@@ -351,10 +370,9 @@ class WebConsole:
         name = str(form.get("name", ""))[:200]
         password = str(form.get("password", ""))[:1024]
         now = self.clock()
-        wait = self.limits.wait(name, remote, now)
+        wait = self.limits.attempt(name, remote, now)  # counted now: a burst cannot outrun the count
         if wait > 0:
-            await self.journal_sign_in(name, "rate_limited", remote,
-                                       f"too many failed tries: refused unchecked for {wait:.0f} s more")
+            await self.journal_limited(name, remote, wait, now)
             return web.Response(status=429, text=login_page(
                 f"Too many failed tries. Try again in {minutes(wait)}.", error=True), content_type="text/html",
                 headers={"Retry-After": str(int(wait) + 1)})
@@ -362,7 +380,6 @@ class WebConsole:
         async with self._checking:
             good = await asyncio.to_thread(verify_password, user.password if user else None, password)
         if not good or user is None:
-            self.limits.failed(name, remote, now)
             reason = "wrong password" if user is not None and user.password else (
                 "no password set: this person signs in through the reverse proxy" if user is not None
                 else "no such person")
@@ -373,11 +390,23 @@ class WebConsole:
             return web.Response(status=503, text=login_page(
                 "The database does not answer, so the sign-in cannot be journaled: nobody signs in until it does.",
                 error=True), content_type="text/html")
-        self.limits.succeeded(name)
+        self.limits.succeeded(name, remote, now)
         session = self.sessions.start(name, now)
         response = redirect("/")
         self.set_cookie(response, session.token)
         return response
+
+    async def journal_limited(self, name: str, remote: str, wait: float, now: float) -> None:
+        """A refused-unchecked try, journaled at most once a minute per address, with how many were
+        not: a flood of them cannot fill the journal nor queue real sign-ins behind its writes."""
+        last, untold = self._limited_said.get(remote, (None, 0))
+        if last is not None and now - last < LIMITED_SAID_EVERY:
+            self._limited_said[remote] = (last, untold + 1)
+            return
+        self._limited_said[remote] = (now, 0)
+        more = f"; {untold} more from this address since the last such row" if untold else ""
+        await self.journal_sign_in(name, "rate_limited", remote,
+                                   f"too many failed tries: refused unchecked for {wait:.0f} s more{more}")
 
     async def proxy_sign_in(self, request: web.Request) -> WebSession | None:
         """Behind a trusted proxy: the person its header names, signed in on their first page."""
@@ -460,7 +489,7 @@ class WebConsole:
                 continue
             try:
                 envelope = json.loads(message.data)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 continue
             if not isinstance(envelope, list) or not envelope or not isinstance(envelope[0], str):
                 continue
@@ -519,8 +548,9 @@ class WebConsole:
             return
         try:
             people = self.users()
-        except LeasectlError as exc:  # a file being edited by hand: keep everyone until it parses again
-            log.warning("users file: %s", exc)
+        except UsersUnreadable:  # a file being edited by hand: keep everyone until it parses again
+            return
+        if not people:  # emptied (an editor truncating it first): not read as "everyone removed"
             return
         for session in self.sessions.live():
             if session.person not in people:
@@ -537,6 +567,27 @@ class WebConsole:
 
 
 # ---------------------------------------------------------------- pages
+class UsersUnreadable(LeasectlError):
+    """The users file does not parse just now."""
+
+
+def as_login(dsn: str, login: str | None) -> str:
+    """serve's DSN for a person's login: the user replaced and serve's own password dropped (theirs,
+    if the server asks, comes from libpq's password file; serve's is never offered for them)."""
+    if not login:
+        return dsn
+    parts = conninfo_to_dict(dsn)
+    parts.pop("password", None)
+    parts["user"] = login
+    return make_conninfo("", **parts)
+
+
+def printable(text: str) -> str:
+    """A text for the journal and the log: NUL and control characters replaced (a NUL cannot even
+    be sent as text; a newline or an escape would forge a line of a log)."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 def redirect(location: str) -> web.Response:
     """A 303 returned, not raised: the guard's headers go on it like on any answer."""
     return web.Response(status=303, headers={"Location": location})
