@@ -139,20 +139,28 @@ def contexts_path() -> Path:
     return Path(base) / "leasectl" / "contexts.toml"
 
 
+def read_toml(where: Path) -> dict[str, object] | None:
+    """A settings file of ours as a document; None when there is none. Unreadable or not TOML: bad
+    input naming the file (exit 2). (contexts.toml here, the web console's users file too.)"""
+    try:
+        text = where.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadInput(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{where} is not valid TOML: {exc}") from None
+
+
 def load_contexts(path: Path | None = None) -> dict[str, Context]:
     """Every context in the file, in the file's order; no file: none. A file that does not parse,
     or a context with an unknown key or a missing dsn, is an error naming the place (exit 2)."""
     where = path or contexts_path()
-    try:
-        text = where.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    document = read_toml(where)
+    if document is None:
         return {}
-    except OSError as exc:
-        raise BadInput(f"cannot read {where}: {exc.strerror or exc}") from None
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{where} is not valid TOML: {exc}") from None
     unknown = sorted(set(document) - {"contexts"})
     if unknown:
         raise BadInput(f"{where}: unknown top-level key(s) {', '.join(unknown)}; contexts go under "

@@ -30,13 +30,13 @@ import os
 import re
 import secrets
 import stat
-import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from console.shared.config import MAX_OPERATOR_CHARS
+from console.shared.contexts import read_toml
 from console.shared.errors import BadInput
 
 USERS_ENV = "LEASECTL_WEB_USERS"
@@ -116,16 +116,9 @@ def load_users(path: Path | None = None) -> dict[str, WebUser]:
     hash that is not one this module wrote is an error naming the place (exit 2): a typo must not
     sign somebody in as someone else, nor quietly lock them out."""
     where = path or users_path()
-    try:
-        text = where.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    document = read_toml(where)
+    if document is None:
         return {}
-    except OSError as exc:
-        raise BadInput(f"cannot read {where}: {exc.strerror or exc}") from None
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{where} is not valid TOML: {exc}") from None
     unknown = set(document) - {"users"}
     if unknown:
         raise BadInput(f"{where}: unknown table(s) {', '.join(sorted(unknown))}: only [users.NAME] tables belong here")

@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pyte
 
-from tests.helpers import FAST, claim, enqueue, outcomes_unknown, register_tool
+from tests.helpers import FAST, claim, enqueue, outcomes_unknown, register_tool, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MISSING = ("Debian's chromium and chromium-driver packages (/usr/bin/chromium, /usr/bin/chromedriver) are not "
@@ -115,14 +115,8 @@ def free_port() -> int:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+    """tests.helpers.wait_until, with the arguments in the order this tier writes them."""
+    return wait_until(predicate, timeout=timeout, interval=interval, what=what)
 
 
 # ----------------------------------------------------------------------------- the server
