@@ -2,9 +2,9 @@
 --   queued call of the highest priority, oldest first. Grants a lease of tools.lease_seconds
 --   (no later than the call's hold, tools.max_hold_seconds, which the database sets) and a new
 --   fencing token. Never starts a call of a paused tool, nor one past its tool's or its agent's
---   max_running (migration 0016: the call chosen takes a free slot of each cap, with SKIP
---   LOCKED; when another claimer took the last one since this statement's snapshot, nothing is
---   claimed this time).
+--   max_running (migrations 0016, 0027: the call chosen takes a free slot of each cap as it
+--   starts, passing by one another claimer is taking; when another claimer took the last one
+--   since this statement's snapshot, nothing is claimed this time).
 --   A reclaimed call keeps side_effect_started_at and external_request_id: the new owner is
 --   told that a request may already have run and must check before acting (verifiable tools).
 --   Never reclaims an unverifiable call whose side effect started: that one waits for a human.
@@ -78,19 +78,17 @@ candidate as (
     union all
     select * from fresh
 ),
--- A capped call takes a slot of each cap now, in one call (leasectl_take_slots, migration 0026: the
--- tool's first; a call that ran before keeps the slot it may hold), or is not claimed this time:
--- another claimer took the last free one since this statement's snapshot. In the select list, so
--- that it runs for the chosen call only (a condition could be evaluated on other rows before the
--- join). The guard checks that this transaction took them (leasectl_claim_room).
+-- A capped call takes a slot of each cap as the guard lets it start (migration 0027); when another
+-- claimer took the last free one since this statement's snapshot, the call is passed over and
+-- nothing is claimed this time: this transaction asks to be told so by no row, not by an error
+-- (leasectl.claim_passes_full_caps; it cannot start a call past a cap). In the select list, so
+-- that it runs for the chosen call only, before the call is written.
 slotted as materialized (
     select c.id,
            case when c.max_running is null
                      and not exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
                 then true
-                else leasectl_take_slots(c.tool, c.max_running is not null, c.agent_id,
-                                         exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null),
-                                         c.id, c.attempt > 0) end as has_room
+                else set_config('leasectl.claim_passes_full_caps', 'on', true) = 'on' end as has_room
     from candidate c
 )
 update tool_jobs j

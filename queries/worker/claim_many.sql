@@ -7,7 +7,7 @@
 --   the worker while its lease runs.
 --   Caps (migration 0016): the queue's filter counts the running calls as of this statement's
 --   snapshot, so a batch may choose more calls of a capped tool or agent than it has free slots;
---   each chosen call then takes its slots in turn (leasectl_take_slot) and those past the cap are
+--   each chosen call then takes its slots in turn (the guard, migration 0027) and those past the cap are
 --   left queued (locked until this commit, so other claimers pass them by meanwhile). The cap is
 --   never exceeded; the batch may come back smaller than max_calls although other tools' calls
 --   were waiting.
@@ -78,19 +78,17 @@ candidate as (
     union all
     select * from fresh
 ),
--- A capped call takes a slot of each cap now, in one call (leasectl_take_slots, migration 0026: the
--- tool's first; a call that ran before keeps the slot it may hold), or is not claimed this time:
--- another claimer took the last free one since this statement's snapshot. In the select list, so
--- that it runs for the chosen call only (a condition could be evaluated on other rows before the
--- join). The guard checks that this transaction took them (leasectl_claim_room).
+-- A capped call takes a slot of each cap as the guard lets it start (migration 0027); when another
+-- claimer took the last free one since this statement's snapshot, the call is passed over and
+-- nothing is claimed this time: this transaction asks to be told so by no row, not by an error
+-- (leasectl.claim_passes_full_caps; it cannot start a call past a cap). In the select list, so
+-- that it runs for the chosen call only, before the call is written.
 slotted as materialized (
     select c.id,
            case when c.max_running is null
                      and not exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null)
                 then true
-                else leasectl_take_slots(c.tool, c.max_running is not null, c.agent_id,
-                                         exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null),
-                                         c.id, c.attempt > 0) end as has_room
+                else set_config('leasectl.claim_passes_full_caps', 'on', true) = 'on' end as has_room
     from candidate c
 )
 update tool_jobs j

@@ -91,11 +91,11 @@ candidate as (
     union all
     select * from fresh
 ),
--- A capped call takes a slot of each cap now, in one call (leasectl_take_slots, migration 0026: the
--- tool's first; a call that ran before keeps the slot it may hold), or is not claimed this time:
--- another claimer took the last free one since this statement's snapshot. In the select list, so
--- that it runs for the chosen call only (a condition could be evaluated on other rows before the
--- join). The guard checks that this transaction took them (leasectl_claim_room).
+-- A capped call takes a slot of each cap as the guard lets it start (migration 0027); when another
+-- claimer took the last free one since this statement's snapshot, the call is passed over and
+-- nothing is claimed this time: this transaction asks to be told so by no row, not by an error
+-- (leasectl.claim_passes_full_caps; it cannot start a call past a cap). In the select list, so
+-- that it runs for the chosen call only, before the call is written.
 slotted as materialized (
     select c.id,
            case when c.max_running is null
@@ -103,9 +103,7 @@ slotted as materialized (
                 then true
                 -- (here only: the completion runs first, so the slot of the call it ends is free)
                 when (select count(*) from completed) < 0 then false
-                else leasectl_take_slots(c.tool, c.max_running is not null, c.agent_id,
-                                         exists (select 1 from agents a where a.id = c.agent_id and a.max_running is not null),
-                                         c.id, c.attempt > 0) end as has_room
+                else set_config('leasectl.claim_passes_full_caps', 'on', true) = 'on' end as has_room
     from candidate c
 ),
 claimed as (

@@ -28,6 +28,8 @@ CHECKPOINT (no run pays for the WAL of the one before it; --no-checkpoint to mea
   +caps       with --caps: the reference worker with its tool's max_running set one above the
               worker count (migration 0016): every claim counts under the cap's lock, and the cap
               never holds a worker back; caps/no = +caps / leasectl is what counting costs a claim
+              (this and vs -0013 and async/pgq: the median of the rounds' own ratios, the lowest
+              in brackets; each round runs both sides minutes apart)
   +notify     with --notify-all: the reference worker on databases that also NOTIFY every change of
               state, claims and completions included (as the journal did before 0009), from one
               more plpgsql row trigger and with no listener connected, alternated with the rest:
@@ -485,6 +487,14 @@ def _median_rate(results: list[Result]) -> float:
     return statistics.median(r.rate for r in results)
 
 
+def _paired(ours: list[Result], theirs: list[Result]) -> str:
+    """ours / theirs round by round (the two ran minutes apart in the same round), the median of
+    those ratios and the lowest in brackets: a drift of the machine's pace between rounds, which a
+    ratio of the two medians takes for a difference, falls on both sides of each pair alike."""
+    ratios = [o.rate / t.rate for o, t in zip(ours, theirs, strict=True)]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f})"
+
+
 def _alternated(server: BenchServer, workers: int, calls: int, repeat: int, *,
                 before_indexes: bool = False, notify_all: bool = False,
                 before_chains: Path | None = None, caps: bool = False,
@@ -594,12 +604,12 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
         if args.caps:
             print("  +caps:    the reference worker with tools.max_running set one above the worker count (every "
                   "claim counted under the cap's lock; the cap never holds a worker back), alternated with the rest; "
-                  "'caps/no' = that / leasectl")
+                  "'caps/no' = that / leasectl, round by round (median of the rounds' ratios, lowest in brackets)")
         if args.asynchronous:
             print(f"  async:    AsyncWorker(concurrency={ASYNC_CONCURRENCY}) per process: claim_many.sql, async no-op "
                   "handlers, complete_many.sql in groups, each completion durable before its handler is told; "
                   "pgq-apg: pgqueuer, asyncpg, 5 consumers per process, batch 10, uvloop; both alternated with "
-                  "the rest; 'async/pgq' = that ratio")
+                  "the rest; 'async/pgq' = that ratio, round by round (median, lowest)")
         if not args.no_peers:
             print("  pgqueuer: psycopg, 1 consumer per process, batch 10 (its default) | asyncpg, 5 consumers per "
                   "process, batch 10, uvloop (its tools/benchmark.py); drain mode; it buffers completions")
@@ -612,11 +622,11 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
         if args.notify_all:
             header += f"  {'+notify/s':>9}  {'vs +ntf':>7}"
         if before_chains is not None:
-            header += f"  {'-0013/s':>7}  {'vs -0013':>8}"
+            header += f"  {'-0013/s':>7}  {'vs -0013':>11}"
         if args.caps:
-            header += f"  {'+caps/s':>7}  {'caps/no':>7}"
+            header += f"  {'+caps/s':>7}  {'caps/no':>11}"
         if args.asynchronous:
-            header += f"  {'async/s':>7}  {'pgq-apg/s':>9}  {'async/pgq':>9}"
+            header += f"  {'async/s':>7}  {'pgq-apg/s':>9}  {'async/pgq':>11}"
         if not args.no_peers:
             header += (f"  {'pgq-psy/s':>9}  {'busy':>4}  {'pgq-apg/s':>9}  {'busy':>4}  {'procr./s':>8}  "
                        f"{'busy':>4}")
@@ -644,14 +654,13 @@ def _report(args: argparse.Namespace, counts: list[int], before_chains: Path | N
                 cells += [f"{_median_rate(loud):>9.0f}", f"{_median_rate(ours) / _median_rate(loud):>7.2f}"]
             if before_chains is not None:
                 old = res["leasectl-0013"]
-                cells += [f"{_median_rate(old):>7.0f}", f"{_median_rate(ours) / _median_rate(old):>8.2f}"]
+                cells += [f"{_median_rate(old):>7.0f}", f"{_paired(ours, old):>11}"]
             if args.caps:
                 capped = res["leasectl-caps"]
-                cells += [f"{_median_rate(capped):>7.0f}", f"{_median_rate(capped) / _median_rate(ours):>7.2f}"]
+                cells += [f"{_median_rate(capped):>7.0f}", f"{_paired(capped, ours):>11}"]
             if args.asynchronous:
                 fast, peer = res["leasectl-async"], res["pgqueuer-asyncpg"]
-                cells += [f"{_median_rate(fast):>7.0f}", f"{_median_rate(peer):>9.0f}",
-                          f"{_median_rate(fast) / _median_rate(peer):>9.2f}"]
+                cells += [f"{_median_rate(fast):>7.0f}", f"{_median_rate(peer):>9.0f}", f"{_paired(fast, peer):>11}"]
             if not args.no_peers:
                 psy = bench_pgqueuer(server, w, args.calls, driver="psycopg", consumers=1)
                 apg = bench_pgqueuer(server, w, args.calls, driver="asyncpg", consumers=5)

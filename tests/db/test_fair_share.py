@@ -153,11 +153,11 @@ def test_claimers_take_slots_side_by_side_and_a_hand_claim_past_the_cap_is_refus
 
 
 def test_a_retried_call_never_starts_on_a_slot_another_claimer_is_taking(db: Any, conn: Any) -> None:
-    """Step by step, under a cap of 2 (migration 0026): J ran on slot 1 and was given back to the
-    queue, so slot 1 still names it but is free. X takes slot 1 for M and has not committed; a claim
-    of J must not count slot 1 as J's (up to 0025 the slot that named J passed, unlocked, and J, K
-    and M ran at once): it finds no slot this time and claims nothing; once X commits, nothing more
-    starts until one ends."""
+    """Step by step, under a cap of 2 (migrations 0026, 0027): J ran on slot 1 and was given back to
+    the queue, so its row still says slot 1, which is free. X claims M by hand, takes slot 1 and has
+    not committed; a claim of J must not count slot 1 as J's (up to 0025 the slot that named J
+    passed, unlocked, and J, K and M ran at once): it finds no slot this time and claims nothing;
+    once X commits, nothing more starts until one ends."""
     set_limits(conn, "capped", max_running=2)
     j, k, m = (h.enqueue(conn, "capped") for _ in range(3))
     got_j = h.claim(conn, "wj", ["capped"])
@@ -165,13 +165,15 @@ def test_a_retried_call_never_starts_on_a_slot_another_claimer_is_taking(db: Any
     assert got_j is not None and got_j["id"] == j["id"] and got_k is not None and got_k["id"] == k["id"]
     assert h.fail(conn, got_j, "wj", retryable=True) is not None
     assert h.job(conn, j["id"])["state"] == "queued"
+    assert conn.execute("select tool_slot from tool_jobs where id = %s", (j["id"],)).fetchone()["tool_slot"] == 1, \
+        "J's row still names the slot it ran on"
     with db.connect() as x, x.transaction():
-        assert x.execute("select leasectl_take_slots('capped', true, null, false, %s, false) as ok",
-                         (m["id"],)).fetchone()["ok"], "X takes the free slot for M"
-        assert h.claim(conn, "wj", ["capped"]) is None, "J's old slot is X's now: no slot this time"
         x.execute("update tool_jobs set state = 'running', owner_id = 'wm', fencing_token = fencing_token + 1, "
                   "attempt = attempt + 1, lease_until = now() + interval '30 seconds', heartbeat_at = now() "
                   "where id = %s", (m["id"],))
+        assert x.execute("select tool_slot from tool_jobs where id = %s", (m["id"],)).fetchone()["tool_slot"] == 1, \
+            "X took the free slot for M"
+        assert h.claim(conn, "wj", ["capped"]) is None, "J's old slot is X's now: no slot this time"
     assert running(conn, tool="capped") == 2
     assert h.claim(conn, "wj", ["capped"]) is None, "the cap is full"
     assert h.complete(conn, got_k, "wk") is not None
@@ -189,6 +191,64 @@ def test_a_cap_set_over_running_calls_counts_them(conn: Any) -> None:
     again = h.claim(conn, "w9", ["capped"])
     assert again is not None and again["id"] == calls[3]["id"], "one runs now: one more may start"
     assert h.claim(conn, "w8", ["capped"]) is None
+
+
+def test_a_cap_lowered_below_the_running_calls_starts_nothing_until_they_are_under_it(conn: Any) -> None:
+    """Three run on slots 1-3 and the cap goes down to 2: the call on slot 3 is above the cap
+    (migration 0027 counts the tool's calls while one runs there), so the slot that ends first
+    starts nothing while two still run."""
+    set_limits(conn, "capped", max_running=3)
+    calls = [h.enqueue(conn, "capped") for _ in range(5)]
+    held = [h.claim(conn, f"w{i}", ["capped"]) for i in range(3)]
+    assert all(held) and running(conn, tool="capped") == 3
+    set_limits(conn, "capped", max_running=2)
+    assert held[0] is not None and h.complete(conn, held[0], "w0") is not None
+    assert h.claim(conn, "w9", ["capped"]) is None, "two run, the cap is two"
+    assert running(conn, tool="capped") == 2
+    assert held[2] is not None and h.complete(conn, held[2], "w2") is not None
+    again = h.claim(conn, "w9", ["capped"])
+    assert again is not None and again["id"] == calls[3]["id"], "one runs: one more may start"
+    assert h.claim(conn, "w8", ["capped"]) is None
+    assert running(conn, tool="capped") == 2
+
+
+def test_sixteen_claimers_hold_a_cap_set_over_calls_that_run_without_slots(db: Any, conn: Any) -> None:
+    """Two calls run with no slot when a cap of 3 is set over them (they were claimed before it):
+    until they end the tool's claims are counted one at a time, and 16 claimers racing meanwhile
+    never start more than the one call the cap has room for."""
+    lone = [h.enqueue(conn, "capped") for _ in range(2)]
+    running_before = [h.claim(conn, f"old{i}", ["capped"]) for i in range(2)]
+    assert [r["id"] for r in running_before if r] == [c["id"] for c in lone]
+    set_limits(conn, "capped", max_running=3)
+    for _ in range(30):
+        h.enqueue(conn, "capped")
+    # (the two may be reclaimed and finished by the claimers once their leases run out: a reclaim
+    # keeps the slot a call has, none)
+    finished, samples = claim_and_finish_all(db, 30, ["capped"], 16, lambda c: running(c, tool="capped"))
+    assert finished >= 30
+    assert max(samples) <= 3, f"never above the cap: {max(samples)} ran at once"
+
+
+def test_a_calls_slot_is_written_by_its_claim_and_nothing_else(db: Any, conn: Any, logins: Any) -> None:
+    """Two running calls on one slot would let a third start past the cap: the slots are the
+    guard's to write. A worker login has no privilege on the columns; the schema's owner, which
+    has, meets the guard (LCS05)."""
+    set_limits(conn, "capped", max_running=2)
+    for _ in range(2):
+        h.enqueue(conn, "capped")
+    with h.as_login(db, "lc_fair_worker") as worker:
+        first = h.claim(worker, "lc_fair_worker", ["capped"])
+        assert first is not None
+        slot = worker.execute("select tool_slot from tool_jobs where id = %s", (first["id"],)).fetchone()["tool_slot"]
+        assert slot == 1
+        state, _ = h.refusal(worker, "update tool_jobs set tool_slot = 2 where id = %s", (first["id"],))
+        assert state == "42501", "a worker login may not even name the column"
+    for column in ("tool_slot", "agent_slot"):
+        state, _ = h.refusal(conn, f"update tool_jobs set {column} = 7 where id = %s", (first["id"],))
+        assert state == "LCS05", column
+    second = h.claim(conn, "w2", ["capped"])
+    assert second is not None
+    assert conn.execute("select tool_slot from tool_jobs where id = %s", (second["id"],)).fetchone()["tool_slot"] == 2
 
 
 def test_the_queue_is_taken_by_priority_then_age_and_an_expired_lease_first(conn: Any) -> None:

@@ -191,7 +191,7 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
                                   "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch",
                                   "0021_job_events_partitioned", "0022_saved_views", "0023_bulk_operations",
                                   "0024_trace_inherit", "0025_web_sign_ins",
-                                  "0026_cap_slot_once"]
+                                  "0026_cap_slot_once", "0027_cap_slot_on_call"]
         assert report.version == known_version()
         # 0022: saved views begin empty, under row level security keyed on the login
         assert rows("saved_views") == []
@@ -223,6 +223,8 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         assert all(t["max_running"] is None and t["paused_at"] is None and t["max_hold_seconds"] is None
                    for t in rows("tools"))
         assert all(j["hold_until"] is None for j in rows("tool_jobs"))
+        # 0027: no cap, so no call holds a slot
+        assert all(j["tool_slot"] is None and j["agent_slot"] is None for j in rows("tool_jobs"))
         assert conn.execute("select value from leasectl_settings "
                             "where name = 'tools.allow_auto_register'").fetchone()["value"] is False
 
@@ -244,3 +246,36 @@ def test_a_session_holding_the_migration_lock_is_named_as_such(db):
         with pytest.raises(SchemaError, match="migration lock") as refused:
             migrate(conn)
         assert "pg_locks" in (refused.value.hint or "")
+
+
+def test_0027_keeps_the_slots_0026_gave_the_running_calls(empty_db):
+    """0026 kept a capped call's slot in leasectl_cap_slots; 0027 writes it on the call. Migrated
+    while two calls run under a cap of 2, they keep their slots: nothing more starts until one ends,
+    and the next call takes the slot that ended."""
+    from console.db.connect import run_one
+    from tests.helpers import claim, complete, enqueue, register_tool
+
+    with connect(empty_db.dsn) as conn:
+        assert migrate(conn, target=26).version == 26
+        register_tool(conn, "capped")
+        assert run_one(conn, "admin/set_tool_limits", name="capped", max_running=2, max_hold_seconds=None)
+        for _ in range(3):
+            enqueue(conn, "capped")
+        first, second = claim(conn, "wa", ["capped"]), claim(conn, "wb", ["capped"])
+        assert first is not None and second is not None
+        held = {str(r["job_id"]): r["n"] for r in conn.execute(
+            "select job_id, n from leasectl_cap_slots where kind = 'tool' and job_id is not null").fetchall()}
+        assert set(held) == {str(first["id"]), str(second["id"])}
+        assert claim(conn, "wc", ["capped"]) is None
+
+        assert migrate(conn).applied == ["0027_cap_slot_on_call"]
+        slots = {str(r["id"]): r["tool_slot"] for r in conn.execute(
+            "select id, tool_slot from tool_jobs where state = 'running'").fetchall()}
+        assert slots == held, "each running call keeps its slot"
+        assert conn.execute("select to_regclass('leasectl_cap_slots') as t").fetchone()["t"] is None
+        assert claim(conn, "wc", ["capped"]) is None, "the cap is still full"
+        assert complete(conn, first, "wa") is not None
+        third = claim(conn, "wc", ["capped"])
+        assert third is not None
+        assert conn.execute("select tool_slot from tool_jobs where id = %s", (third["id"],)
+                            ).fetchone()["tool_slot"] == held[str(first["id"])], "the slot that ended"
