@@ -54,8 +54,10 @@ create index tool_jobs_agent_running_idx on public.tool_jobs (agent_id)
     where agent_id is not null and state in ('running', 'cancel_requested');
 
 -- ---------------------------------------------------------------------------------------
--- The slots of a claim: {tool's, agent's} (null for a cap that does not apply), or null when one cap
--- has none free now. p_job is the call being claimed (queued, or earlier in this statement).
+-- The slots of a claim: {tool's, agent's} (null for a cap that does not apply). When one cap has none
+-- free now: null if the claim statement asked to be passed over (leasectl.claim_passes_full_caps),
+-- else the claim is refused (LCS15). p_job is the call being claimed (queued, or earlier in this
+-- statement).
 -- Run by the guard as the claiming login: tool_jobs is readable by every login.
 -- Its statements keep one generic plan each: left to choose, the plan cache kept planning the count
 -- of the running calls anew at every claim (a custom plan per call, the tool's name and the call's id
@@ -76,6 +78,7 @@ declare
     v_taken integer[];
     v_free boolean;
 begin
+    <<take>>
     for i in 1..2 loop
         if i = 1 then
             continue when p_tool_max is null;
@@ -88,7 +91,8 @@ begin
         end if;
         -- the cap's lock 0, shared by the slot claims: none while an irregular count runs (below)
         if not pg_try_advisory_xact_lock_shared(v_lock, 0) then
-            return null;
+            v_slots := null;
+            exit take;
         end if;
         -- what runs, by a snapshot taken after that lock (a calls' slot, or none, and how many)
         if i = 1 then
@@ -105,14 +109,16 @@ begin
              where r.agent_id = p_agent and r.state in ('running', 'cancel_requested') and r.id <> p_job;
         end if;
         if v_n >= v_max then
-            return null;
+            v_slots := null;
+            exit take;
         end if;
         if v_odd > 0 then
             -- calls that run with no slot of this cap (it was set or lowered over them): counted,
             -- one claim at a time (lock 0 exclusive: no slot claim is under way, none starts), by
             -- a snapshot taken after the lock
             if not pg_try_advisory_xact_lock(v_lock, 0) then
-                return null;
+                v_slots := null;
+                exit take;
             end if;
             if i = 1 then
                 select count(*), coalesce(array_agg(r.tool_slot) filter (where r.tool_slot is not null), '{}')
@@ -126,7 +132,8 @@ begin
                  where r.agent_id = p_agent and r.state in ('running', 'cancel_requested') and r.id <> p_job;
             end if;
             if v_n >= v_max then
-                return null;
+                v_slots := null;
+                exit take;
             end if;
             for s in 1..v_max loop
                 if not s = any (v_taken) then
@@ -157,9 +164,19 @@ begin
             end if;
         end loop;
         if v_slots[i] is null then
-            return null;
+            v_slots := null;
+            exit take;
         end if;
     end loop;
+    if v_slots is null then
+        -- no slot free now: worker/claim.sql and its kin asked to be told by no row (another claimer
+        -- took the last one since their snapshot); any other claim is refused
+        if current_setting('leasectl.claim_passes_full_caps', true) = 'on' then
+            return null;
+        end if;
+        raise exception 'call %: tool % or agent % already runs as many calls as its max_running allows',
+            p_job, p_tool, p_agent using errcode = 'LCS15';
+    end if;
     return v_slots;
 end $$;
 
@@ -278,13 +295,7 @@ begin
                     if v_tool_max is not null or v_agent_max is not null then
                         v_slots := public.leasectl_cap_slots_take(old.tool, v_tool_max, old.agent_id, v_agent_max, old.id);
                         if v_slots is null then
-                            -- no slot free now: worker/claim.sql asked to be told by no row (another claimer
-                            -- took the last one since its snapshot); any other claim is refused
-                            if current_setting('leasectl.claim_passes_full_caps', true) = 'on' then
-                                return null;
-                            end if;
-                            raise exception 'call %: tool % or agent % already runs as many calls as its max_running allows',
-                                old.id, old.tool, old.agent_id using errcode = 'LCS15';
+                            return null;  -- passed over, as the claim statement asked (see the function)
                         end if;
                         new.tool_slot := v_slots[1];
                         new.agent_slot := v_slots[2];
@@ -718,11 +729,7 @@ begin
                 if v_tool_max is not null or v_agent_max is not null then
                     v_slots := public.leasectl_cap_slots_take(old.tool, v_tool_max, old.agent_id, v_agent_max, old.id);
                     if v_slots is null then
-                        if current_setting('leasectl.claim_passes_full_caps', true) = 'on' then
-                            return null;
-                        end if;
-                        raise exception 'call %: tool % or agent % already runs as many calls as its max_running allows',
-                            old.id, old.tool, old.agent_id using errcode = 'LCS15';
+                        return null;  -- passed over, as the claim statement asked (see the function)
                     end if;
                 end if;
                 new.tool_slot := v_slots[1];
