@@ -20,7 +20,7 @@ import psycopg
 from console.db import sql
 from console.db.connect import Conn, execute_script, run, run_one
 from console.db.pooler import per_transaction
-from console.shared.errors import RowLocked, SchemaError
+from console.shared.errors import RowLocked, SchemaError, StatementTimedOut
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -95,8 +95,17 @@ PARTITIONED_HISTORY = 21
 PARTITIONS_AHEAD = 2
 
 
-def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
-    """Apply pending migrations. `conn` must be in autocommit mode (each file gets a transaction)."""
+LOCK_WAIT_S = 600.0
+
+
+def migrate(conn: Conn, *, target: int | None = None, lock_wait_s: float = LOCK_WAIT_S) -> MigrationReport:
+    """Apply pending migrations. `conn` must be in autocommit mode (each file gets a transaction).
+
+    Another migrator's lock is waited for up to `lock_wait_s` (two deploys starting at once: the
+    second finds the schema done), whatever the session's own timeouts. A migration's statements
+    run without a statement timeout (they last as long as the data: 0021 copies the whole history);
+    its table locks wait only the session's lock_timeout, so that an ALTER queued behind a long
+    transaction does not stop every worker queued behind it."""
     migrations = discover()
     report = MigrationReport(known_version=max((m.version for m in migrations), default=0))
 
@@ -106,7 +115,7 @@ def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
 
     conn.add_notice_handler(on_notice)
     try:
-        with _migration_lock(conn):
+        with _migration_lock(conn, lock_wait_s):
             _apply(conn, migrations, report, target)
             if (report.version or 0) >= PARTITIONED_HISTORY:
                 # every run, pending migrations or not: the history's next months exist before they begin
@@ -117,24 +126,36 @@ def migrate(conn: Conn, *, target: int | None = None) -> MigrationReport:
 
 
 @contextmanager
-def _migration_lock(conn: Conn) -> Iterator[None]:
-    """The migrators' advisory lock, held while the block runs. Behind a transaction pooler a lock
-    of the session would stay on whichever server connection took it: the block is then one
-    transaction, and the lock is that transaction's (meta/migrate_lock_transaction.sql)."""
-    pooled = per_transaction(conn) is not None
-    with conn.transaction() if pooled else nullcontext():
+def _migration_lock(conn: Conn, wait_s: float) -> Iterator[None]:
+    """The migrators' advisory lock, held while the block runs, waited for up to `wait_s`. Behind a
+    transaction pooler a lock of the session would stay on whichever server connection took it: the
+    block is then one transaction, and the lock is that transaction's
+    (meta/migrate_lock_transaction.sql). Straight to the server the wait has a transaction of its
+    own, for its timeouts; the session's lock outlives it."""
+    setup = per_transaction(conn)
+    wait = f"{max(1, round(wait_s * 1000))}ms"
+    with conn.transaction() if setup is not None else nullcontext():
         try:
-            run(conn, "meta/migrate_lock_transaction" if pooled else "meta/migrate_lock")
-        except RowLocked:
+            if setup is not None:
+                run(conn, "meta/lock_wait_local", lock_timeout=wait, statement_timeout=wait)
+                run(conn, "meta/migrate_lock_transaction")
+                # the migrations' table locks wait as the session's other statements do
+                run(conn, "meta/lock_wait_local", lock_timeout=setup["lock_timeout"],
+                    statement_timeout=setup["statement_timeout"])
+            else:
+                with conn.transaction():
+                    run(conn, "meta/lock_wait_local", lock_timeout=wait, statement_timeout=wait)
+                    run(conn, "meta/migrate_lock")
+        except (RowLocked, StatementTimedOut):
             # the lock is an advisory one, not a call's row: say whose it is and where to look
-            raise SchemaError("another session holds leasectl's migration lock: another `leasectl migrate` is "
-                              "running, or a session took the lock and keeps it",
+            raise SchemaError(f"another session held leasectl's migration lock for {wait_s:g} s: another "
+                              "`leasectl migrate` is still running, or a session took the lock and keeps it",
                               hint="wait for it, or find it: select pid, usename, application_name from pg_locks "
                                    "join pg_stat_activity using (pid) where locktype = 'advisory'") from None
         try:
             yield
         finally:
-            if not pooled:
+            if setup is None:
                 try:
                     run(conn, "meta/migrate_unlock")
                 except Exception:  # noqa: BLE001 - the lock dies with the session anyway
@@ -167,9 +188,17 @@ def _apply(conn: Conn, migrations: list[Migration], report: MigrationReport, tar
                 run(conn, "meta/migrations_record", version=m.version, name=m.name,
                     checksum=m.checksum)
             continue
-        with conn.transaction():
-            execute_script(conn, m.script)
-            run(conn, "meta/migrations_record", version=m.version, name=m.name,
-                checksum=m.checksum)
+        try:
+            with conn.transaction():
+                run(conn, "meta/statement_timeout_local", statement_timeout="0")
+                execute_script(conn, m.script)
+                run(conn, "meta/migrations_record", version=m.version, name=m.name,
+                    checksum=m.checksum)
+        except RowLocked:
+            # a table lock, not a call's row: the file's transaction is rolled back whole
+            raise SchemaError(f"{m.name} waited longer than lock_timeout for a table lock and was not applied "
+                              "(nothing of it was written)",
+                              hint="a long transaction holds a lock on a table it changes: find it in "
+                                   "pg_stat_activity (state, xact_start), then run `leasectl migrate` again") from None
         report.applied.append(m.name)
     report.version = max(applied_versions(conn), default=None)

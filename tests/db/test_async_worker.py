@@ -177,10 +177,18 @@ def test_a_sigkill_at_any_instant_loses_no_reported_completion(db: Any, conn: An
     told = tmp_path / "told.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     kills = 0
+    told.touch()
     while kills < 8:
+        before = len(told.read_text().splitlines())
         proc = subprocess.Popen([sys.executable, str(script), db.dsn, str(told)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(0.6 + 0.13 * kills)  # a different instant each time: claiming, running, committing
+        # the clock starts at its first reported completion, not at its start: on a loaded machine
+        # the interpreter's imports alone can outlast a fixed delay (CI once killed it 8 times before
+        # it claimed anything)
+        deadline = time.monotonic() + 60
+        while len(told.read_text().splitlines()) == before and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.02 + 0.07 * kills)  # a different instant each time: claiming, running, committing
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         kills += 1

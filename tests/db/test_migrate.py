@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from console.db.connect import connect
-from console.db.migrate import check_compatible, discover, known_version, migrate
+from console.db.migrate import applied_versions, check_compatible, discover, known_version, migrate
 from console.shared.errors import SchemaError
 from tests.bench import common as bench_common
 
@@ -242,10 +243,76 @@ def test_a_session_holding_the_migration_lock_is_named_as_such(db):
     a call (an auditor's session could take it: functions of PUBLIC)."""
     with connect(db.dsn) as holder, connect(db.dsn) as conn:
         holder.execute("select pg_advisory_lock(hashtext('leasectl.migrate'))")
-        conn.execute("set lock_timeout = '200ms'")
-        with pytest.raises(SchemaError, match="migration lock") as refused:
-            migrate(conn)
+        with pytest.raises(SchemaError, match="migration lock for 0.2 s") as refused:
+            migrate(conn, lock_wait_s=0.2)
         assert "pg_locks" in (refused.value.hint or "")
+
+
+def test_a_second_migrator_waits_for_the_first_past_its_sessions_timeouts(empty_db):
+    """Two deploys start at once: the second waits for the first's lock as long as a migration may
+    take, not the session's lock_timeout or statement_timeout (CI saw the second give up after 2 s
+    while the first applied every file on a loaded machine)."""
+    with connect(empty_db.dsn) as holder, connect(empty_db.dsn) as conn:
+        holder.execute("select pg_advisory_lock(hashtext('leasectl.migrate'))")
+        conn.execute("set lock_timeout = '100ms'")
+        conn.execute("set statement_timeout = '150ms'")
+        done: list[object] = []
+        t = threading.Thread(target=lambda: done.append(_or_error(lambda: migrate(conn))))
+        t.start()
+        time.sleep(1.0)
+        assert not done, "it waits while the other migrator holds the lock"
+        holder.execute("select pg_advisory_unlock(hashtext('leasectl.migrate'))")
+        t.join(timeout=120)
+        assert done and not isinstance(done[0], BaseException), done
+        assert done[0].version == known_version()
+        settings = conn.execute("select current_setting('lock_timeout') as l, "
+                                "current_setting('statement_timeout') as s").fetchone()
+        assert settings == {"l": "100ms", "s": "150ms"}, "the session's own bounds are left as they were"
+
+
+def _or_error(f):
+    try:
+        return f()
+    except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+        return exc
+
+
+def test_a_migration_runs_as_long_as_its_data_needs(empty_db):
+    """A migration's statements are as long as the data: 0021 copies the whole history, which the
+    session's statement timeout (the console's 5 s, here 200 ms) would cut short."""
+    from tests.helpers import enqueue, register_tool
+
+    with connect(empty_db.dsn) as conn:
+        migrate(conn, target=20)
+        register_tool(conn, "search")
+        job = enqueue(conn, "search")
+        with conn.transaction():
+            conn.execute("set local statement_timeout = 0")
+            conn.execute("insert into job_events (job_id, kind, actor, fencing_token, details) "
+                         "select %s, 'note', 'seed', 0, jsonb_build_object('n', g, 'text', repeat('x', 200)) "
+                         "from generate_series(1, 200000) g", (job["id"],))
+        conn.execute("set statement_timeout = '200ms'")
+        t0 = time.monotonic()
+        assert migrate(conn).version == known_version()
+        assert time.monotonic() - t0 > 0.2, "the conversion takes longer than the session's statement timeout"
+        assert conn.execute("select count(*) as n from job_events").fetchone()["n"] >= 200_000
+
+
+def test_a_migration_waiting_on_a_busy_table_is_said_and_applies_nothing(empty_db):
+    """Its table locks wait only the session's lock_timeout (an ALTER queued behind a long
+    transaction would queue every worker behind it): the file is not applied, is named, and the
+    next run applies it."""
+    last = discover()[-1]
+    with connect(empty_db.dsn) as conn, connect(empty_db.dsn, autocommit=False) as holder:
+        migrate(conn, target=last.version - 1)
+        holder.execute("lock table tool_jobs in access share mode")
+        conn.execute("set lock_timeout = '200ms'")
+        with pytest.raises(SchemaError, match=f"{last.name} waited longer than lock_timeout") as refused:
+            migrate(conn)
+        assert "pg_stat_activity" in (refused.value.hint or "")
+        assert max(applied_versions(conn)) == last.version - 1
+        holder.rollback()
+        assert migrate(conn).applied == [last.name]
 
 
 def test_0027_keeps_the_slots_0026_gave_the_running_calls(empty_db):
@@ -279,3 +346,19 @@ def test_0027_keeps_the_slots_0026_gave_the_running_calls(empty_db):
         assert third is not None
         assert conn.execute("select tool_slot from tool_jobs where id = %s", (third["id"],)
                             ).fetchone()["tool_slot"] == held[str(first["id"])], "the slot that ended"
+
+
+def test_the_cli_waits_as_long_as_told_then_says_who_to_look_for(db):
+    from tests.helpers import cli_invoker
+
+    invoke = cli_invoker(db.dsn, "ops")
+    with connect(db.dsn) as holder:
+        holder.execute("select pg_advisory_lock(hashtext('leasectl.migrate'))")
+        t0 = time.monotonic()
+        refused = invoke("migrate", "--wait", "0.5")
+        assert refused.exit_code != 0 and "migration lock for 0.5 s" in refused.output, refused.output
+        assert time.monotonic() - t0 >= 0.5
+        holder.execute("select pg_advisory_unlock(hashtext('leasectl.migrate'))")
+        done = invoke("migrate", "--wait", "0.5")
+        assert done.exit_code == 0 and "up to date" in done.output, done.output
+        assert invoke("migrate", "--wait", "0").exit_code == 2, "a wait of nothing is refused"

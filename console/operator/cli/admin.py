@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from console.db.connect import connect
+from console.db.migrate import LOCK_WAIT_S
 from console.db.migrate import migrate as run_migrations
 from console.operator.cli.common import (
     DsnOption,
@@ -44,11 +45,16 @@ app.add_typer(admin_app, name="admin")
 
 @app.command()
 @friendly
-def migrate(dsn: DsnOption = None) -> None:
+def migrate(
+    dsn: DsnOption = None,
+    wait: Annotated[float, typer.Option("--wait", min=0.001, help="How long to wait, in seconds, for another "
+                                        "migrator's lock (two deploys at once: the second then finds the schema done)")]
+    = LOCK_WAIT_S,
+) -> None:
     """Create or upgrade the schema (idempotent; serialised between concurrent migrators)."""
     refuse_if_read_only("migrate")
     with connect(dsn_option(dsn)) as conn:
-        report = run_migrations(conn)
+        report = run_migrations(conn, lock_wait_s=wait)
     for notice in report.notices:
         err.print(f"[yellow]notice:[/] {escape(sanitize(notice))}")
     if report.applied:
