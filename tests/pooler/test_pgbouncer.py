@@ -226,6 +226,26 @@ def test_migrate_through_the_pooler_holds_its_lock_for_one_transaction(empty_db,
         assert direct.execute("select pg_try_advisory_lock(hashtext('leasectl.migrate'))").fetchone()[0]
 
 
+def test_migrate_through_the_pooler_waits_for_another_migrator_past_its_timeouts(empty_db, pgbouncer: Bouncer):
+    """The wait for the lock outlasts the transaction's lock_timeout (2 s), then the migrations' own
+    statements have the transaction's bounds back (lock_timeout) or none (statement_timeout)."""
+    import threading
+    import time
+
+    with psycopg.connect(empty_db.dsn, autocommit=True) as holder:
+        holder.execute("select pg_advisory_lock(hashtext('leasectl.migrate'))")
+        released = threading.Timer(3.0, lambda: holder.execute("select pg_advisory_unlock(hashtext('leasectl.migrate'))"))
+        released.start()
+        t0 = time.monotonic()
+        try:
+            with connect(pgbouncer.dsn_for(empty_db)) as conn:
+                report = migrate(conn)
+        finally:
+            released.join()
+    assert time.monotonic() - t0 >= 3.0, "it waited for the other migrator"
+    assert report.version == known_version() and report.applied
+
+
 def test_doctor_names_the_pooler_and_what_it_changes(db, pooled, monkeypatch):
     checks = {c.name: c for c in diagnose(pooled)}
     pooler = checks["pooler"]
