@@ -327,6 +327,26 @@ async def test_the_palette_has_every_action_and_none_of_textuals(db):
         assert {"Triage", "Calls", "Approvals", "Fleet", "Reconciliations", "Help", "Refresh"} <= set(titles)
 
 
+async def test_a_read_only_palette_offers_no_action_either(db):
+    """The keys are not offered on a read-only session; nor are the palette's entries for them (the
+    web console's viewer found them listed, each then refused)."""
+    with db.connect() as conn:
+        h.register_tree(conn, {"planner-1": None})
+        outcomes_unknown(conn, 1)
+    for read_only in (False, True):
+        app = make_app(db.dsn, read_only=read_only)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, lambda app=app: app.screen.selected_job() is not None)
+            titles = " | ".join(c.title for c in app.get_system_commands(app.screen))
+            for word in ("Cancel", "Approve"):
+                assert (word in titles) is not read_only, (read_only, titles)
+            await pilot.press("4")
+            await settle(pilot, lambda app=app: "planner-1" in drawn(app))
+            titles = " | ".join(c.title for c in app.get_system_commands(app.screen))
+            assert ("Drain the subtree of planner-1" in titles) is not read_only, (read_only, titles)
+            assert "Refresh" in titles and "Help" in titles, "what only reads stays"
+
+
 async def test_the_cursor_never_moves_to_another_call_silently(db):
     with db.connect() as conn:
         made = outcomes_unknown(conn, 2)

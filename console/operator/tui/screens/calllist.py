@@ -31,8 +31,8 @@ from console.shared.times import parse_past
 
 def call_commands(screen: PollingScreen, job: JobSummary | None) -> Iterable[SystemCommand]:
     """The palette's entries for the selected call: the actions of console.core.actions.ACTIONS,
-    as their keys (c, t, a) offer them."""
-    if job is None:
+    as their keys (c, t, a) offer them: none on a read-only session, as the keys are not offered."""
+    if job is None or not screen.check_action("act", ()):
         return
     for spec in ACTIONS.values():
         words = words_of(spec.name)

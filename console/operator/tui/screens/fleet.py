@@ -182,7 +182,7 @@ class FleetScreen(FieldListScreen[FleetAgent]):
 
     def commands(self) -> Iterable[SystemCommand]:
         agent = self.selected_agent()
-        if agent is not None:
+        if agent is not None and self.check_action("drain", ()) and self.check_action("abort", ()):
             yield SystemCommand(f"Drain the subtree of {sanitize(agent.id, max_chars=40)}",
                                 "New calls refused, running ones finish in a window (d)", self.action_drain)
             yield SystemCommand(f"Abort the subtree of {sanitize(agent.id, max_chars=40)}",
