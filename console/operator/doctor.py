@@ -146,7 +146,7 @@ def _history(conn: Conn) -> Check:
         events = row["last_id"] - row["first_id"] + 1  # ids: identity order, gaps from rolled back writes
         per_day = events / days
         growth = (f"~{counted(round(per_day), 'event')}/day, "
-                  f"~{humanize.naturalsize(row['bytes'] / days, binary=True)}/day")
+                  f"~{humanize.naturalsize(row['bytes_holding_rows'] / days, binary=True)}/day")
     begins = (f"oldest month online {row['first_at']:%Y-%m} (since {row['first_at']:%Y-%m-%d})" if row["first_at"]
               else "empty")
     archived = (f"; {counted(row['archived_months'], 'month')} before {row['archived_before']:%Y-%m-%d} archived "

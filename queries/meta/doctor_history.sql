@@ -20,6 +20,10 @@ ends as (
            (select e.at from job_events e order by e.id desc limit 1) as last_at
 )
 select (select coalesce(sum(pg_catalog.pg_total_relation_size(m.oid)), 0) from months m)::bigint as bytes,
+       -- what the growth is measured by: the months that hold rows (a month ahead's empty indexes
+       -- are a fixed cost, which divided by a short history read as megabytes a day)
+       (select coalesce(sum(pg_catalog.pg_total_relation_size(m.oid)), 0) from months m
+        where pg_catalog.pg_relation_size(m.oid) > 0)::bigint as bytes_holding_rows,
        (select coalesce(sum(greatest(c.reltuples, 0)), 0) from months m
         join pg_catalog.pg_class c on c.oid = m.oid)::bigint as estimated_rows,
        ends.first_at, ends.last_at, ends.first_id, ends.last_id,

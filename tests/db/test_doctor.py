@@ -120,6 +120,8 @@ def test_a_server_without_standbys_says_what_an_acknowledged_completion_is_worth
 def test_history_says_its_size_and_start_and_flags_a_missing_month_and_rows_in_the_default(db):
     from datetime import UTC, datetime
 
+    import humanize
+
     from tests.db.history import months_ago
 
     checks = by_name(diagnose(db.dsn))
@@ -129,6 +131,14 @@ def test_history_says_its_size_and_start_and_flags_a_missing_month_and_rows_in_t
         register_tool(conn, "search")
         conn.execute("insert into tool_jobs (idempotency_key, payload, tool) values ('k', '{}', 'search')")
         assert "events/day" in by_name(diagnose(db.dsn))["history"].detail
+        # a history of a moment (counted as an hour): its growth is this month's bytes, 24 times a day,
+        # not the empty indexes of the months ahead as well
+        this_month = conn.execute(f"select pg_total_relation_size('job_events_{datetime.now(UTC):%Y_%m}') as b, "
+                                  "(select sum(pg_total_relation_size(inhrelid)) from pg_inherits "
+                                  " where inhparent = 'job_events'::regclass) as all_b").fetchone()
+        assert this_month["all_b"] > 2 * this_month["b"], "the months ahead weigh as much as this one"
+        detail = by_name(diagnose(db.dsn))["history"].detail
+        assert f"~{humanize.naturalsize(this_month['b'] * 24, binary=True)}/day" in detail, detail
         conn.execute(f"drop table job_events_{months_ago(-1):%Y_%m}")  # next month's, empty
         assert by_name(diagnose(db.dsn))["history"].status == "warn"
         now = datetime.now(UTC)
