@@ -57,15 +57,20 @@ class ConsoleSession:
     """`context`: the context it was opened for (console.shared.contexts; None: --dsn or the
     environment), named in the header; `overrides`: what the command line said, kept for a switch
     to another context (`switched_to`); `read_only_because`: why it is read-only before it asks the
-    database (default: --read-only); `known_contexts`: where ctrl+o finds the others."""
+    database (default: --read-only); `known_contexts`: where ctrl+o finds the others;
+    `contexts_withheld`: why ctrl+o and screen 9 offer none (the web console's tab is its database's
+    only), said instead of where a contexts file would be -- a path on the server is not the
+    browser user's business."""
 
     def __init__(self, dsn: str, *, operator: str, read_only: bool = False, clock: str | None = None,
                  label: str | None = None, limits: SessionLimits = CONSOLE_LIMITS,
                  shown_dsn: str | None = None, context: Context | None = None,
                  overrides: Overrides | None = None, read_only_because: str | None = None,
                  known_contexts: Callable[[], dict[str, Context]] = load_contexts,
-                 first: ConsoleSession | None = None, read_dsn: str | None = None) -> None:
+                 first: ConsoleSession | None = None, read_dsn: str | None = None,
+                 contexts_withheld: str | None = None) -> None:
         self.dsn = dsn
+        self.contexts_withheld = contexts_withheld
         # a replica for the reads (the context's read_dsn); actions, their guards and LISTEN stay
         # on dsn, the primary: a stale read can only get an action refused by its guard
         self.read_dsn = read_dsn
@@ -119,7 +124,8 @@ class ConsoleSession:
         settled = settle(context, self.overrides.model_copy(update={"dsn": dsn}))
         return ConsoleSession(settled.dsn, operator=settled.operator, read_only_because=settled.read_only_reason,
                               clock=self.clock, limits=self.limits, context=context, overrides=self.overrides,
-                              known_contexts=self.known_contexts, first=self, read_dsn=settled.read_dsn,
+                              known_contexts=self.known_contexts, contexts_withheld=self.contexts_withheld,
+                              first=self, read_dsn=settled.read_dsn,
                               label=self.first_label if first else None,
                               shown_dsn=self.first_shown_dsn if first else None)
 

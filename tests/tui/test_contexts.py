@@ -181,6 +181,28 @@ async def test_ctrl_o_with_no_contexts_file_says_where_they_go(db, config_home):
         assert str(config_home / "leasectl" / "contexts.toml") in notifications(app)
 
 
+async def test_a_console_in_a_browser_offers_no_context_and_names_no_server_path(db, config_home):
+    """`leasectl serve`'s tabs (console/operator/web/console_process.py) are their database's only:
+    ctrl+o and screen 9 say so, and never where a contexts file would be on the server's disk."""
+    from console.db.session import ConsoleSession
+    from console.operator.present.contexts import ONE_DATABASE_IN_A_BROWSER
+    from console.operator.tui.app import LeasectlApp
+
+    write(config_home, f'[contexts.other]\ndsn = "{db.dsn}"\n')  # on the server: never offered
+    session = ConsoleSession(db.dsn, operator="dana", label="demo", known_contexts=dict,
+                             contexts_withheld=ONE_DATABASE_IN_A_BROWSER)
+    app = LeasectlApp(session, poll_seconds=2.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle_screen(pilot)
+        await pilot.press("ctrl+o")
+        await settle_screen(pilot, lambda: "for this database only" in notifications(app))
+        assert not isinstance(app.screen, ContextPicker)
+        await pilot.press("9")
+        await settle_screen(pilot, lambda: "for this database only" in screen_text(app))
+        shown = notifications(app) + screen_text(app)
+        assert "contexts.toml" not in shown and str(config_home) not in shown
+
+
 async def test_esc_stays_and_the_same_context_changes_nothing(db, config_home):
     write(config_home, f'[contexts.only]\ndsn = "{db.dsn}"\n')
     app = app_in("only")

@@ -31,6 +31,11 @@ def short(value: str, chars: int) -> str:
     return text if len(text) <= chars else text[:chars - 1] + "…"
 
 
+ONE_DATABASE_IN_A_BROWSER = ("this console in a browser is for this database only: `leasectl serve` offers no "
+                             "other (each database has its own serve, or a console in a terminal switches with "
+                             "ctrl+o)")
+
+
 def no_contexts(path: str) -> str:
     return f"no contexts: {path} has no [contexts.NAME]"
 

@@ -294,6 +294,9 @@ class LeasectlApp(App[None]):
         if not isinstance(self.screen, PollingScreen):  # a dialog or the help: its business first
             self.notify(SWITCH_FROM_A_SCREEN, title="Contexts", severity="warning")
             return
+        if self.session.contexts_withheld:
+            self.notify(self.session.contexts_withheld, title="Contexts", severity="warning")
+            return
         try:
             known = self.session.known_contexts()
         except LeasectlError as exc:  # contexts.toml that does not parse: say where and why

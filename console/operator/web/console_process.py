@@ -65,12 +65,13 @@ def main() -> None:
     person = PersonSession.model_validate(json.loads(raw))
 
     from console.db.session import ConsoleSession
+    from console.operator.present.contexts import ONE_DATABASE_IN_A_BROWSER
     from console.operator.tui.app import LeasectlApp
 
     session = ConsoleSession(person.dsn, operator=person.operator, read_only=person.read_only_because is not None,
                              read_only_because=person.read_only_because, label=person.label,
                              shown_dsn=person.shown_dsn, read_dsn=person.read_dsn,
-                             known_contexts=dict)  # ctrl+o lists no other database: this tab is this one's
+                             known_contexts=dict, contexts_withheld=ONE_DATABASE_IN_A_BROWSER)
     LeasectlApp(session, poll_seconds=person.poll_seconds).run()
 
 

@@ -105,6 +105,9 @@ class AllContextsScreen(PollingScreen):
     # ------------------------------------------------------------------ reading (the poll worker's thread)
     def read_data(self, request: object) -> Everywhere:
         session = self.leasectl.session
+        withheld = getattr(session, "contexts_withheld", None)
+        if withheld:
+            return Everywhere(None, problem=withheld, at=datetime.now(UTC))
         try:
             # where the session finds the contexts ctrl+o offers, when it has such a place; else the file
             contexts = getattr(session, "known_contexts", load_contexts)()
