@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import queue
 import secrets
+import shutil
 import stat
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -204,3 +206,41 @@ class _Mark:
 
     def __init__(self, count: int) -> None:
         self.count = count
+
+
+# ---------------------------------------------------------------- a browser's downloads (`leasectl serve`)
+WEB_EXPORT_PREFIX = "leasectl-web-export-"
+
+
+def private_export_directory() -> Path:
+    """A directory (0700) for this console process's downloads, named with its pid: the process
+    removes it as it ends, and `leasectl serve` removes it if the process was killed before."""
+    return Path(tempfile.mkdtemp(prefix=f"{WEB_EXPORT_PREFIX}{os.getpid()}-"))
+
+
+def remove_orphaned_export_directories(root: Path | None = None) -> list[Path]:
+    """The download directories of console processes that ended without removing theirs (SIGKILL,
+    the OOM killer): removed, with what a person exported in them. Only this user's, only those
+    whose process is gone (a pid in use again keeps its directory until that process ends too)."""
+    removed = []
+    for directory in (root or Path(tempfile.gettempdir())).glob(f"{WEB_EXPORT_PREFIX}*"):
+        try:
+            pid = int(directory.name[len(WEB_EXPORT_PREFIX):].split("-", 1)[0])
+            found = directory.lstat()
+        except (ValueError, OSError):
+            continue
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or _alive(pid):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

@@ -208,7 +208,30 @@ def test_an_export_in_a_browser_keeps_only_the_name_and_writes_in_a_private_dire
     target = web_target(typed)
     assert target.name == Path(typed.strip().replace("\\", "/")).name
     assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700, "mkdtemp's own directory: nobody else's"
-    assert target.parent.name.startswith("leasectl-web-export-")
+    assert target.parent.name.startswith(f"leasectl-web-export-{os.getpid()}-"), "its process is named"
+
+
+def test_the_downloads_of_a_killed_console_are_removed_and_no_one_elses(tmp_path):
+    """A console killed with SIGKILL cannot remove its directory; `leasectl serve` does, at start and
+    as it reaps: only directories whose process is gone, only its own user's."""
+    import subprocess
+    import sys
+
+    from console.operator.files import WEB_EXPORT_PREFIX, remove_orphaned_export_directories
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    orphan = tmp_path / f"{WEB_EXPORT_PREFIX}{ended.pid}-abc"
+    orphan.mkdir(mode=0o700)
+    (orphan / "calls.jsonl").write_text("{}\n")
+    mine = tmp_path / f"{WEB_EXPORT_PREFIX}{os.getpid()}-def"
+    mine.mkdir(mode=0o700)
+    odd = tmp_path / f"{WEB_EXPORT_PREFIX}notapid"
+    odd.mkdir()
+    a_file = tmp_path / f"{WEB_EXPORT_PREFIX}{ended.pid}-file"
+    a_file.write_text("not a directory")
+    assert remove_orphaned_export_directories(tmp_path) == [orphan]
+    assert not orphan.exists() and mine.exists() and odd.exists() and a_file.exists()
 
 
 @pytest.mark.parametrize("typed", ["", "   ", "..", "."])

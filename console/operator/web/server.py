@@ -49,6 +49,7 @@ import console.operator.web as web_package
 from console.core.signin import LOOPBACK_NAMES, Sessions, SignInLimits, WebSession, allowed_host, allowed_origin
 from console.db.lane import Lane
 from console.db.web import record_sign_in
+from console.operator.files import remove_orphaned_export_directories
 from console.operator.web.console_process import PARENT_ENV, SESSION_ENV, PersonSession
 from console.shared.dsn import masked_dsn
 from console.shared.errors import LeasectlError
@@ -533,6 +534,7 @@ class WebConsole:
 
     # ---------------------------------------------------------------- expiry
     async def _start_reaper(self, _app: web.Application) -> None:
+        await asyncio.to_thread(remove_orphaned_export_directories)  # a serve killed before left some
         self._reaper = asyncio.create_task(self._reap_forever())
 
     async def _reap_forever(self) -> None:
@@ -544,6 +546,8 @@ class WebConsole:
         """End every session whose time is up: journal it, close its tabs, stop their consoles."""
         for session, why in self.sessions.reap(self.clock()):
             await self.end_session(session, why)
+        # a console killed (SIGKILL, the OOM killer) could not remove its downloads' directory
+        await asyncio.to_thread(remove_orphaned_export_directories)
         if not self.tabs:
             return
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -22,7 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from console.operator.files import writable_target
+from console.operator.files import private_export_directory, writable_target
 from console.operator.tui.failures import describe_failure
 from console.operator.tui.screens.dialog import Dialog
 from console.shared.errors import BadInput
@@ -47,7 +46,7 @@ def web_target(text: str) -> Path:
     if not name or name in (".", ".."):
         raise BadInput("give the file a name (it is saved by your browser)")
     if not _WEB_EXPORTS:
-        directory = Path(tempfile.mkdtemp(prefix="leasectl-web-export-"))
+        directory = private_export_directory()
         _WEB_EXPORTS.append(directory)
         atexit.register(shutil.rmtree, directory, True)
     return _WEB_EXPORTS[0] / name
