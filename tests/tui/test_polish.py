@@ -164,9 +164,12 @@ async def test_at_80x24_calls_keep_the_call_its_health_lease_and_heartbeat(runni
     db, _conn, short = running
     app = make_app(db.dsn)
     async with app.run_test(size=SMALL) as pilot:
-        for screen in ("2", "1"):
+        for screen, mode in (("2", "calls"), ("1", "triage")):
             await pilot.press(screen)
-            await settle(pilot, lambda: short in screen_text(app))
+            # that screen's own rows and header, not the one before it still on the way out (a loaded
+            # machine once read the header between the two)
+            await settle(pilot, lambda mode=mode: app.current_mode == mode and short in screen_text(app)
+                         and "lease health" in screen_text(app), timeout=15)
             header = next(line for line in screen_text(app).splitlines() if "lease health" in line)
             for column in ("call", "lease health", "lease left", "beat"):
                 assert column in header, f"{column!r} gave way at 80 columns: {header}"

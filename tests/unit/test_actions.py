@@ -179,13 +179,21 @@ def test_the_console_has_a_key_for_every_action_on_every_screen_of_calls(spec):
 
 def test_the_palette_offers_every_action_for_the_selected_call():
     class Screen:
+        read_only = False
+
         def action_act(self, action: str) -> None:
             self.acted = action
+
+        def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+            return not self.read_only  # as PollingScreen's: a read-only session offers no action
 
     screen = Screen()
     job = call("outcome_unknown")
     commands = list(call_commands(screen, job))  # type: ignore[arg-type]
     assert len(commands) == len(ACTIONS)
+    screen.read_only = True
+    assert list(call_commands(screen, job)) == []  # type: ignore[arg-type]
+    screen.read_only = False
     for spec, command in zip(SPECS, commands, strict=True):
         assert job.short_id in command.title and f"({spec.binding})" in command.help
         command.callback()
