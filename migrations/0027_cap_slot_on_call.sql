@@ -77,6 +77,7 @@ declare
     v_odd bigint;
     v_taken integer[];
     v_free boolean;
+    v_alone boolean;
 begin
     <<take>>
     for i in 1..2 loop
@@ -94,40 +95,22 @@ begin
             v_slots := null;
             exit take;
         end if;
-        -- what runs, by a snapshot taken after that lock (a calls' slot, or none, and how many)
-        if i = 1 then
-            select count(*), count(*) filter (where r.tool_slot is null or r.tool_slot > v_max),
-                   coalesce(array_agg(r.tool_slot) filter (where r.tool_slot is not null), '{}')
-              into v_n, v_odd, v_taken
-              from public.tool_jobs r
-             where r.tool = p_tool and r.state in ('running', 'cancel_requested') and r.id <> p_job;
-        else
-            select count(*), count(*) filter (where r.agent_slot is null or r.agent_slot > v_max),
-                   coalesce(array_agg(r.agent_slot) filter (where r.agent_slot is not null), '{}')
-              into v_n, v_odd, v_taken
-              from public.tool_jobs r
-             where r.agent_id = p_agent and r.state in ('running', 'cancel_requested') and r.id <> p_job;
-        end if;
-        if v_n >= v_max then
-            v_slots := null;
-            exit take;
-        end if;
-        if v_odd > 0 then
-            -- calls that run with no slot of this cap (it was set or lowered over them): counted,
-            -- one claim at a time (lock 0 exclusive: no slot claim is under way, none starts), by
-            -- a snapshot taken after the lock
-            if not pg_try_advisory_xact_lock(v_lock, 0) then
-                v_slots := null;
-                exit take;
-            end if;
+        -- what runs, by a snapshot taken after that lock (a calls' slot, or none, and how many); when
+        -- some run with no slot of this cap (it was set or lowered over them), counted once more with
+        -- lock 0 exclusive (no slot claim is under way, none starts), by a snapshot after that lock
+        v_alone := false;
+        <<recount>>
+        loop
             if i = 1 then
-                select count(*), coalesce(array_agg(r.tool_slot) filter (where r.tool_slot is not null), '{}')
-                  into v_n, v_taken
+                select count(*), count(*) filter (where r.tool_slot is null or r.tool_slot > v_max),
+                       coalesce(array_agg(r.tool_slot) filter (where r.tool_slot is not null), '{}')
+                  into v_n, v_odd, v_taken
                   from public.tool_jobs r
                  where r.tool = p_tool and r.state in ('running', 'cancel_requested') and r.id <> p_job;
             else
-                select count(*), coalesce(array_agg(r.agent_slot) filter (where r.agent_slot is not null), '{}')
-                  into v_n, v_taken
+                select count(*), count(*) filter (where r.agent_slot is null or r.agent_slot > v_max),
+                       coalesce(array_agg(r.agent_slot) filter (where r.agent_slot is not null), '{}')
+                  into v_n, v_odd, v_taken
                   from public.tool_jobs r
                  where r.agent_id = p_agent and r.state in ('running', 'cancel_requested') and r.id <> p_job;
             end if;
@@ -135,6 +118,15 @@ begin
                 v_slots := null;
                 exit take;
             end if;
+            exit recount when v_odd = 0 or v_alone;
+            if not pg_try_advisory_xact_lock(v_lock, 0) then
+                v_slots := null;
+                exit take;
+            end if;
+            v_alone := true;
+        end loop;
+        if v_alone then
+            -- counted one claim at a time: the first slot no running call holds is this call's
             for s in 1..v_max loop
                 if not s = any (v_taken) then
                     v_slots[i] := s;
