@@ -136,16 +136,12 @@ def _migration_lock(conn: Conn, wait_s: float) -> Iterator[None]:
     wait = f"{max(1, round(wait_s * 1000))}ms"
     with conn.transaction() if setup is not None else nullcontext():
         try:
-            if setup is not None:
+            with conn.transaction():  # pooled: a savepoint of the block's, whose settings outlive it
                 run(conn, "meta/lock_wait_local", lock_timeout=wait, statement_timeout=wait)
-                run(conn, "meta/migrate_lock_transaction")
-                # the migrations' table locks wait as the session's other statements do
+                run(conn, "meta/migrate_lock" if setup is None else "meta/migrate_lock_transaction")
+            if setup is not None:  # the migrations' table locks wait as the session's other statements do
                 run(conn, "meta/lock_wait_local", lock_timeout=setup["lock_timeout"],
                     statement_timeout=setup["statement_timeout"])
-            else:
-                with conn.transaction():
-                    run(conn, "meta/lock_wait_local", lock_timeout=wait, statement_timeout=wait)
-                    run(conn, "meta/migrate_lock")
         except (RowLocked, StatementTimedOut):
             # the lock is an advisory one, not a call's row: say whose it is and where to look
             raise SchemaError(f"another session held leasectl's migration lock for {wait_s:g} s: another "
