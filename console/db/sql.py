@@ -136,6 +136,58 @@ def translate(source: str) -> tuple[str, tuple[str, ...]]:
     return "".join(out), tuple(names)
 
 
+def compact(text: str) -> str:
+    """The statement as sent: comments dropped and each run of whitespace one character (a line
+    break if it held one, else a space), outside
+    string literals, quoted identifiers and dollar-quoted bodies (left exactly as they are).
+
+    The files keep their comments for people; the server and psycopg do not need them. psycopg
+    parses a query's text for its placeholders again at every execution when the text is longer
+    than 4,096 characters (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH), and the worker's claims
+    ran to 6,700-7,700 characters, most of them comments: with them, every claim paid that parse
+    on the worker's CPU (README, "Benchmarks")."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    # the separator owed before the next token: a run that held a line break stays one, since
+    # two string literals are one string only across a line break ('a'\n'b' is 'ab'; 'a' 'b' is
+    # a syntax error)
+    gap = ""
+    while i < n:
+        ch = text[i]
+        nxt = text[i + 1] if i + 1 < n else ""
+        if ch == "-" and nxt == "-":
+            end = text.find("\n", i)
+            i = n if end == -1 else end
+            gap = gap or " "
+            continue
+        if ch == "/" and nxt == "*":
+            end = text.find("*/", i + 2)
+            if end == -1:
+                raise QueryError("unterminated /* comment")
+            i = end + 2
+            gap = gap or " "
+            continue
+        if ch.isspace():
+            gap = "\n" if ch == "\n" else (gap or " ")
+            i += 1
+            continue
+        if gap and out:
+            out.append(gap)
+        gap = ""
+        if ch in ("'", '"'):
+            end = _end_of_quoted(text, i, ch)
+        elif ch == "$" and (m := _DOLLAR_TAG.match(text, i)) and not _is_positional(text, i):
+            close = text.find(m.group(0), m.end())
+            if close == -1:
+                raise QueryError(f"unterminated dollar quote {m.group(0)}")
+            end = close + len(m.group(0))
+        else:
+            end = i + 1
+        out.append(text[i:end])
+        i = end
+    return "".join(out)
+
+
 def _is_positional(source: str, i: int) -> bool:
     return i + 1 < len(source) and source[i + 1].isdigit()
 
@@ -187,7 +239,8 @@ def load(name: str) -> Query:
     return Query(
         name=name,
         source=source,
-        text=text,
+        # named for whoever reads pg_stat_activity: which file this statement is
+        text=f"/* queries/{name}.sql */ {compact(text)}",
         params=params,
         purpose=_header(source, "Purpose"),
         zero_rows=_header(source, "Zero rows"),

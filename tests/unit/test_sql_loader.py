@@ -171,3 +171,26 @@ def test_complete_and_enqueue_keeps_complete_and_enqueue_identical():
     write = complete[complete.index("update tool_jobs"):complete.index("returning")]
     assert _normalise(write) in fused, "complete.sql's guarded write drifted"
     assert "leasectl_enqueue(" in fused and "leasectl_enqueue(" in sql.load("worker/enqueue").source
+
+
+def test_the_text_sent_drops_comments_and_runs_of_space_but_never_a_literal():
+    text = sql.compact(
+        "select 'a  -- not a comment  /* nor this */',   \"two  spaces\", $$ keep\n  -- this $$,\n"
+        "  E'it\\'s  --', $t$ /* here */ $t$ -- a comment\n/* a block\n comment */ from   t\twhere x = 1")
+    assert text == ("select 'a  -- not a comment  /* nor this */', \"two  spaces\", $$ keep\n  -- this $$,\n"
+                    "E'it\\'s  --', $t$ /* here */ $t$\nfrom t where x = 1")
+    assert sql.compact("select 1--x\n+2") == "select 1\n+2", "a comment still separates what it stood between"
+    # two literals are one string across a line break only: the break stays
+    assert sql.compact("select 'a'  \n  -- more\n  'b', 'c'   'd'") == "select 'a'\n'b', 'c' 'd'"
+
+
+@pytest.mark.parametrize("name", ["worker/claim", "worker/claim_many", "worker/complete_and_claim",
+                                  "worker/complete_many", "worker/heartbeat_many", "worker/complete_and_enqueue"])
+def test_the_workers_statements_fit_psycopg_s_parse_cache(name):
+    """psycopg parses a query's placeholders again at every execution past 4,096 characters; a
+    worker's claim sent with its comments was 6,700-7,700 (every claim paid the parse)."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    query = sql.load(name)
+    assert len(query.text.encode()) <= MAX_CACHED_STATEMENT_LENGTH
+    assert query.text.startswith(f"/* queries/{name}.sql */ "), "pg_stat_activity names the file"
