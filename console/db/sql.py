@@ -94,28 +94,10 @@ def translate(source: str) -> tuple[str, tuple[str, ...]]:
     while i < n:
         ch = source[i]
         nxt = source[i + 1] if i + 1 < n else ""
-        if ch == "-" and nxt == "-":
-            end = source.find("\n", i)
-            end = n if end == -1 else end
+        if (end := _comment_end(source, i)) or (end := _literal_end(source, i)):
+            # comments and literals as they are: a `:name` inside them is not a parameter
             out.append(source[i:end].replace("%", "%%"))
             i = end
-        elif ch == "/" and nxt == "*":
-            end = source.find("*/", i + 2)
-            if end == -1:
-                raise QueryError("unterminated /* comment")
-            out.append(source[i : end + 2].replace("%", "%%"))
-            i = end + 2
-        elif ch in ("'", '"'):
-            end = _end_of_quoted(source, i, ch)
-            out.append(source[i:end].replace("%", "%%"))
-            i = end
-        elif ch == "$" and (m := _DOLLAR_TAG.match(source, i)) and not _is_positional(source, i):
-            tag = m.group(0)
-            end = source.find(tag, m.end())
-            if end == -1:
-                raise QueryError(f"unterminated dollar quote {tag}")
-            out.append(source[i : end + len(tag)].replace("%", "%%"))
-            i = end + len(tag)
         elif ch == ":" and nxt == ":":
             out.append("::")
             i += 2
@@ -138,8 +120,8 @@ def translate(source: str) -> tuple[str, tuple[str, ...]]:
 
 def compact(text: str) -> str:
     """The statement as sent: comments dropped and each run of whitespace one character (a line
-    break if it held one, else a space), outside
-    string literals, quoted identifiers and dollar-quoted bodies (left exactly as they are).
+    break if it held one, else a space), outside string literals, quoted identifiers and
+    dollar-quoted bodies (left exactly as they are).
 
     The files keep their comments for people; the server and psycopg do not need them. psycopg
     parses a query's text for its placeholders again at every execution when the text is longer
@@ -154,17 +136,8 @@ def compact(text: str) -> str:
     gap = ""
     while i < n:
         ch = text[i]
-        nxt = text[i + 1] if i + 1 < n else ""
-        if ch == "-" and nxt == "-":
-            end = text.find("\n", i)
-            i = n if end == -1 else end
-            gap = gap or " "
-            continue
-        if ch == "/" and nxt == "*":
-            end = text.find("*/", i + 2)
-            if end == -1:
-                raise QueryError("unterminated /* comment")
-            i = end + 2
+        if end := _comment_end(text, i):
+            i = end
             gap = gap or " "
             continue
         if ch.isspace():
@@ -174,18 +147,39 @@ def compact(text: str) -> str:
         if gap and out:
             out.append(gap)
         gap = ""
-        if ch in ("'", '"'):
-            end = _end_of_quoted(text, i, ch)
-        elif ch == "$" and (m := _DOLLAR_TAG.match(text, i)) and not _is_positional(text, i):
-            close = text.find(m.group(0), m.end())
-            if close == -1:
-                raise QueryError(f"unterminated dollar quote {m.group(0)}")
-            end = close + len(m.group(0))
-        else:
-            end = i + 1
+        end = _literal_end(text, i) or i + 1
         out.append(text[i:end])
         i = end
     return "".join(out)
+
+
+def _comment_end(source: str, i: int) -> int:
+    """Where the comment that starts at `i` ends (past its `*/`, or at its line's end), or 0: none
+    starts there."""
+    if source.startswith("--", i):
+        end = source.find("\n", i)
+        return len(source) if end == -1 else end
+    if source.startswith("/*", i):
+        end = source.find("*/", i + 2)
+        if end == -1:
+            raise QueryError("unterminated /* comment")
+        return end + 2
+    return 0
+
+
+def _literal_end(source: str, i: int) -> int:
+    """Where the string literal, quoted identifier or dollar-quoted body that starts at `i` ends,
+    or 0: none starts there."""
+    ch = source[i]
+    if ch in ("'", '"'):
+        return _end_of_quoted(source, i, ch)
+    if ch == "$" and (m := _DOLLAR_TAG.match(source, i)) and not _is_positional(source, i):
+        tag = m.group(0)
+        end = source.find(tag, m.end())
+        if end == -1:
+            raise QueryError(f"unterminated dollar quote {tag}")
+        return end + len(tag)
+    return 0
 
 
 def _is_positional(source: str, i: int) -> bool:
