@@ -192,7 +192,7 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
                                   "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch",
                                   "0021_job_events_partitioned", "0022_saved_views", "0023_bulk_operations",
                                   "0024_trace_inherit", "0025_web_sign_ins",
-                                  "0026_cap_slot_once", "0027_cap_slot_on_call"]
+                                  "0026_cap_slot_once", "0027_cap_slot_on_call", "0028_queue_index_no_dedup"]
         assert report.version == known_version()
         # 0022: saved views begin empty, under row level security keyed on the login
         assert rows("saved_views") == []
@@ -226,6 +226,9 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         assert all(j["hold_until"] is None for j in rows("tool_jobs"))
         # 0027: no cap, so no call holds a slot
         assert all(j["tool_slot"] is None and j["agent_slot"] is None for j in rows("tool_jobs"))
+        # 0028: the queue's index rebuilt without posting lists
+        assert conn.execute("select reloptions from pg_class where oid = 'tool_jobs_queued_idx'::regclass"
+                            ).fetchone()["reloptions"] == ["deduplicate_items=off"]
         assert conn.execute("select value from leasectl_settings "
                             "where name = 'tools.allow_auto_register'").fetchone()["value"] is False
 
@@ -305,7 +308,7 @@ def test_a_migration_waiting_on_a_busy_table_is_said_and_applies_nothing(empty_d
     last = discover()[-1]
     with connect(empty_db.dsn) as conn, connect(empty_db.dsn, autocommit=False) as holder:
         migrate(conn, target=last.version - 1)
-        holder.execute("lock table tool_jobs in access share mode")
+        holder.execute("lock table tool_jobs in row exclusive mode")  # a worker's write, still open
         conn.execute("set lock_timeout = '200ms'")
         with pytest.raises(SchemaError, match=f"{last.name} waited longer than lock_timeout") as refused:
             migrate(conn)
@@ -335,7 +338,7 @@ def test_0027_keeps_the_slots_0026_gave_the_running_calls(empty_db):
         assert set(held) == {str(first["id"]), str(second["id"])}
         assert claim(conn, "wc", ["capped"]) is None
 
-        assert migrate(conn).applied == ["0027_cap_slot_on_call"]
+        assert migrate(conn).applied == ["0027_cap_slot_on_call", "0028_queue_index_no_dedup"]
         slots = {str(r["id"]): r["tool_slot"] for r in conn.execute(
             "select id, tool_slot from tool_jobs where state = 'running'").fetchall()}
         assert slots == held, "each running call keeps its slot"
