@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from console.operator.tui import app as app_module
 from console.operator.tui.app import WAKE_EVERY
 from console.operator.tui.messages import DbChanged
 from console.operator.tui.screens.base import PollingScreen
@@ -44,22 +45,41 @@ async def test_a_burst_of_changes_wakes_the_screens_a_bounded_number_of_times(db
         assert wakes[-1] >= start + 0.39
 
 
-async def test_a_change_soon_after_a_wake_waits_only_for_the_rest_of_the_interval(db):
+async def test_a_change_soon_after_a_wake_waits_only_for_the_rest_of_the_interval(db, monkeypatch):
+    # The rule is checked on the timer the app asks for, not on when a loaded machine fires it: the
+    # suite on 2 cores delayed timers by 0.18 s, and a wall-clock bound failed for that alone. A long
+    # interval keeps "the rest of it" and "all of it" (the old behaviour) seconds apart.
+    interval = 2.0
+    monkeypatch.setattr(app_module, "WAKE_EVERY", interval)
     app = make_app(db.dsn, poll=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         wakes = record_wakes(app)
+        timers: list[float] = []
+        set_timer = app.set_timer
+
+        def recorded(delay, *args, **kwargs):
+            timers.append(delay)
+            return set_timer(delay, *args, **kwargs)
+
+        app.set_timer = recorded  # type: ignore[method-assign]
         app.post_message(DbChanged({}))
-        await asyncio.sleep(0.02)
-        assert len(wakes) == 1  # the first change wakes at once
+        await until(lambda: len(wakes) == 1, interval)
+        assert timers == []  # the first change wakes at once, no timer
         first = wakes[0]
-        await asyncio.sleep(WAKE_EVERY * 0.75)
+        await asyncio.sleep(interval / 2)
         sent = time.monotonic()
         app.post_message(DbChanged({}))
-        await asyncio.sleep(WAKE_EVERY)
-        assert len(wakes) == 2
-        # due at the first wake + WAKE_EVERY, not WAKE_EVERY after the change itself (that would be
-        # at first + 0.17 + WAKE_EVERY = 0.37 s): 0.12 s left for a loaded machine's timers, which
-        # a run of the whole suite on 2 cores took (0.31 s)
-        assert wakes[1] - first < WAKE_EVERY + 0.12, (wakes[1] - first)
-        assert wakes[1] - sent < WAKE_EVERY * 0.5 + 0.06, (wakes[1] - sent)
+        app.post_message(DbChanged({}))  # a second change while one wake is pending adds no timer
+        await until(lambda: len(wakes) == 2, interval * 2)
+        assert len(timers) == 1, timers
+        # due at the first wake + the interval: what is left of it when the change arrived, never
+        # the whole interval again after the change (that is what the old code asked for)
+        assert 0 < timers[0] <= first + interval - sent + 0.01, (timers[0], sent - first)
+        assert wakes[1] >= first + interval - 0.01
+
+
+async def until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
