@@ -22,6 +22,7 @@ from tests.helpers import (
     job,
     outcomes_unknown,
     running_and_queued,
+    wait_until,
 )
 
 TOOLS = {"search": ("read_only", SLOW), "pay": ("mutating_unverifiable", FAST)}
@@ -176,6 +177,7 @@ def test_step_by_step_the_second_operator_waits_on_the_row_and_is_refused(calls)
     target = running[1]
     with db.connect(autocommit=False) as a, db.connect() as b:
         snap_b = bulk.plan("cancel", bulk.snapshot(b, ids=[target["id"]]))
+        b.execute("set lock_timeout = '30s'")
         from console.db.connect import run, run_one
 
         run(a, "meta/request_id", request_id="00000000-0000-4000-8000-000000000001")
@@ -185,10 +187,12 @@ def test_step_by_step_the_second_operator_waits_on_the_row_and_is_refused(calls)
         thread = threading.Thread(target=lambda: done.setdefault("r", bulk.apply(b, snap_b, operator="bo",
                                                                                  reason="second")))
         thread.start()
-        thread.join(timeout=1.0)
+        # B is waiting once the server says so, however late a loaded machine gets it there (a
+        # fixed second may not be enough); B's lock timeout is made long enough for that
+        wait_until(lambda: conn.execute("select count(*) as n from pg_locks where not granted and pid = %s",
+                                        (b.info.backend_pid,)).fetchone()["n"] >= 1,
+                   timeout=20, what="B to wait on the row lock A holds")
         assert thread.is_alive(), "B is blocked on the row lock A holds"
-        waiting = conn.execute("select count(*) as n from pg_locks where not granted").fetchone()["n"]
-        assert waiting >= 1
         a.commit()
         thread.join(timeout=10)
     assert done["r"].outcomes[0].outcome == "refused"

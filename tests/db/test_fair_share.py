@@ -130,12 +130,15 @@ def test_claimers_take_slots_side_by_side_and_a_hand_claim_past_the_cap_is_refus
     first, second, third = (h.enqueue(conn, "capped") for _ in range(3))
     other = h.enqueue(conn, "search")
     with db.connect() as a, db.connect() as b, db.connect() as c:
+        # a wait for A's locks would last B's lock timeout, made long to tell it from a loaded
+        # machine's slowness (under 1 s, the bound could fail for that alone)
+        b.execute("set lock_timeout = '30s'")
         with a.transaction():
             got_a = h.claim(a, "wa", ["capped"])
             assert got_a is not None and got_a["id"] == first["id"]
             started = time.monotonic()
             got_b = h.claim(b, "wb", ["capped"])
-            assert time.monotonic() - started < 1.0, "B did not wait for A"
+            assert time.monotonic() - started < 20, "B did not wait for A"
             assert got_b is not None and got_b["id"] == second["id"], "B took the other slot"
             assert h.claim(c, "wc", None) is None, "no slot for the call C chose: nothing this time"
         got_c = h.claim(c, "wc", None)

@@ -114,7 +114,9 @@ def test_a_busy_lane_makes_a_bounded_caller_wait_no_longer(db):
 def test_lanes_cut_off_at_one_instant_come_back_at_the_instants_their_backoff_says(db):
     """Eight lanes lose the database together. Each retries when its own backoff says (seeded
     here, so the schedule is known): the k-th attempts of the lanes fall at different instants,
-    and each attempt comes no earlier than its schedule."""
+    and each attempt comes no earlier than its schedule, after a wait no longer than its delay.
+    The waits are checked as the lanes ask for them: on a loaded machine the attempts themselves
+    can come a second late, and closer together, for that alone."""
     lanes_n, tries = 8, 4
     proxy = DbProxy(db.dsn)
     seeds = [random.Random(i) for i in range(lanes_n)]
@@ -130,15 +132,34 @@ def test_lanes_cut_off_at_one_instant_come_back_at_the_instants_their_backoff_sa
             schedule.append(at)
         schedules.append(schedule)
     attempts: list[list[float]] = [[] for _ in lanes]
+    asked: list[list[float]] = [[] for _ in lanes]  # the wait each pause asked for (0: due already)
     stop = threading.Event()
 
+    class Told(threading.Event):
+        """`stop` as lane i sees it: what it asks to wait is written down."""
+
+        def __init__(self, i: int) -> None:
+            super().__init__()
+            self.i = i
+
+        def wait(self, timeout: float | None = None) -> bool:
+            asked[self.i].append(-1.0 if timeout is None else timeout)
+            return stop.wait(timeout)
+
+        def is_set(self) -> bool:
+            return stop.is_set()
+
     def retry(i: int) -> None:
+        told = Told(i)
         while not stop.is_set() and len(attempts[i]) < tries:
             attempts[i].append(time.monotonic())
             try:
                 lanes[i].run(ping)
             except DatabaseUnavailable:
-                lanes[i].pause(stop)
+                before = len(asked[i])
+                lanes[i].pause(told)
+                if len(asked[i]) == before:
+                    asked[i].append(0.0)
 
     try:
         for lane in lanes:
@@ -160,12 +181,15 @@ def test_lanes_cut_off_at_one_instant_come_back_at_the_instants_their_backoff_sa
         for k in range(1, tries):
             late = attempts[i][k] - start - schedules[i][k]
             assert late >= -0.01, f"lane {i} tried {-late:.3f} s before its backoff allowed"
-            assert late < 1.0, f"lane {i} tried {late:.3f} s after its backoff allowed"
+            delay = schedules[i][k] - schedules[i][k - 1]
+            # counted from its failure, the wait asked is the delay drawn, less the moments since
+            assert 0 <= asked[i][k - 1] <= delay + 0.001, f"lane {i} asked {asked[i][k - 1]:.3f} s, its delay {delay:.3f} s"
+            assert late < 10.0, f"lane {i} tried {late:.3f} s after its backoff allowed"
     for k in range(1, tries):
         planned = [s[k] for s in schedules]
         assert max(planned) - min(planned) > 0.3, "the seeds chosen spread the lanes"  # the test's own check
-        actual = [a[k] for a in attempts]
-        assert max(actual) - min(actual) > 0.2, f"attempt {k} of every lane came at one instant: not jittered"
+    # so the attempts were jittered: each lane waited no less (late >= 0) and asked no more than its
+    # own draw, and the draws differ; lanes in lock-step would be early or ask too much
 
 
 def test_a_listen_setup_is_made_again_after_a_loss(db):

@@ -44,8 +44,9 @@ def test_cancel_heard_through_heartbeat_is_confirmed(db, conn, pool):
     token = running_token(conn, e["id"])
     t0 = time.monotonic()
     assert cancel(conn, e["id"], "running", token)["state"] == "cancel_requested"
-    outcome = future.result(timeout=10)
-    assert outcome.status == "cancelled" and time.monotonic() - t0 < 2
+    outcome = future.result(timeout=20)
+    # heard at a beat, long before the 30 s sleep ends; the slack is a loaded machine's (2 s left it 1.5)
+    assert outcome.status == "cancelled" and time.monotonic() - t0 < 15
     assert job(conn, e["id"])["state"] == "cancelled"
 
 

@@ -70,17 +70,21 @@ def test_time_left_follows_the_database_clock_and_shrinks(db, conn):
         t0 = time.monotonic()
         seen["db"] = float(conn.execute("select extract(epoch from deadline_at - now()) as s from tool_jobs "
                                         "where id = %s", (ctx.call.id,)).fetchone()["s"])
-        ctx.sleep(0.8)  # four renewals: each answer sets the deadline again
+        seen["after db"] = ctx.time_left()
+        ctx.sleep(2.0)  # ten renewals: each answer sets the deadline again
         seen["later"] = ctx.time_left()
         seen["slept"] = time.monotonic() - t0
         return {}
 
     worker = Worker(db.dsn, "w1", handler)
     assert worker.run_once().status == "succeeded"
-    # the lease (1.5 s) says nothing of it: 20 s, as the database counts them
-    assert abs(seen["first"] - seen["db"]) < 0.5, seen
+    # the lease (1.5 s) says nothing of it: 20 s, as the database counts them. Early by a
+    # statement's time, which a loaded machine can make 0.5 s and more: the tolerances below are its,
+    # with the sleep long enough that a time_left that did not shrink still fails
+    assert seen["after db"] <= seen["db"] + 0.01, seen
+    assert abs(seen["first"] - seen["db"]) < 2.0, seen
     assert seen["first"] < 20, "counted from when the claim was sent: early, never late"
-    assert abs((seen["first"] - seen["later"]) - seen["slept"]) < 0.3, seen
+    assert abs((seen["first"] - seen["later"]) - seen["slept"]) < 1.0, seen
     assert job(conn, with_deadline["id"])["state"] == "succeeded"
 
     enqueue(conn, "search")

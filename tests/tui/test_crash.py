@@ -20,7 +20,12 @@ async def test_a_crash_prints_one_line_and_writes_a_log(db, monkeypatch, tmp_pat
     app = make_app(db.dsn)
     with pytest.raises(RuntimeError):  # run_test hands the app's error back to the test
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(1.5)
+            # until the first data meets the bug, however long a loaded machine takes to fetch it
+            # (a fixed 1.5 s may not be enough), 20 s at most
+            for _ in range(200):
+                if app._exception is not None:
+                    break
+                await pilot.pause(0.1)
     printed = capfd.readouterr()
     shown = printed.out + printed.err
     assert "internal error (RuntimeError)" in shown

@@ -277,11 +277,13 @@ async def test_notify_wakes_the_screen_long_before_the_next_poll(db, conn):
         fetched = app.screen.fetched_at
         started = time.monotonic()
         assert cancel(conn, e["id"], "running", c["fencing_token"], operator="zoe", reason="notify probe")
+        # the next poll is a minute away: any time well short of it is the NOTIFY's (2 s can pass on a
+        # loaded machine; the wake's own interval is tests/tui/test_wake.py's)
         await settle(pilot, lambda: table.jobs.get(key) is not None and table.jobs[key].state == "cancel_requested",
-                     timeout=5)
+                     timeout=30)
         took = time.monotonic() - started
         assert app.screen.fetched_at != fetched, "a fetch the NOTIFY asked for, not the 60 s poll"
-        assert took < 2.0, f"the change reached the screen in {took:.2f}s with a 60 s poll interval"
+        assert took < 30, f"the change reached the screen in {took:.2f}s with a 60 s poll interval"
 
 
 async def test_detail_shows_timeline_and_operator_actions(db, conn):
@@ -315,8 +317,9 @@ async def test_header_names_the_open_call_and_keeps_ticking_under_a_dialog(db, c
         header = screen_text(app).splitlines()[0]
         assert f"call {short}" in header, header
         # the dialog covers the detail screen; its header is still what the operator sees above it
-        # db time has whole seconds: within 2.5 s it must have moved on
-        await pilot.pause(2.5)
+        # db time has whole seconds: it moves on within one, and a loaded machine's late ticks
+        # (a fixed 2.5 s may not be enough) are waited for, for 10 s at most
+        await settle(pilot, lambda: screen_text(app).splitlines()[0] != header, timeout=10)
         later = screen_text(app).splitlines()[0]
         assert later != header, f"the header froze under the dialog: {later}"
         await pilot.press("escape")

@@ -376,12 +376,13 @@ async def test_an_answer_fetched_under_the_old_filter_is_dropped_not_shown_under
         queued = h.enqueue(conn, "search", "q:1")
         running = h.claim(conn, "w-1")  # the oldest: r:1
         assert running["id"] != queued["id"]
-    gate, holding = threading.Event(), threading.Event()
+    gate, holding, held = threading.Event(), threading.Event(), threading.Event()
     plain_load = CallsScreen.load_request
 
     def held_load(self, conn, request):
         answer = plain_load(self, conn, request)  # read under the filter of the moment ...
         if holding.is_set():
+            held.set()
             gate.wait(timeout=20)  # ... and delivered late
         return answer
 
@@ -391,7 +392,13 @@ async def test_an_answer_fetched_under_the_old_filter_is_dropped_not_shown_under
         await pilot.press("2")
         await settle(pilot, lambda: str(queued["id"])[:8] in drawn(app))
         holding.set()
-        await pilot.pause(0.5)  # the next poll starts and is held, asking for everything
+        # the next poll starts and is held, asking for everything: waited for (a fixed 0.5 s may
+        # not be enough on a loaded machine), 20 s at most
+        for _ in range(200):
+            if held.is_set():
+                break
+            await pilot.pause(0.1)
+        assert held.is_set(), "no poll was held"
         screen = app.screen
         assert screen._in_flight
         await pilot.press("slash", *list("state:running"), "enter")

@@ -105,19 +105,17 @@ def ctx(name: str, **fields: object) -> Context:
 
 
 def test_every_context_is_asked_at_once():
-    started: list[float] = []
+    # no context answers until all four are being asked: asked one after another, the first waits
+    # in vain and every context is down (a bound on the time taken could fail on a loaded machine)
+    together = threading.Barrier(4, timeout=20)
 
     def slow(context: Context, timeout: float) -> ContextTriage:
-        started.append(time.monotonic())
-        time.sleep(0.6)
+        together.wait()
         return up(context.name)
 
-    begun = time.monotonic()
-    answer = triage_everywhere([ctx("a"), ctx("b"), ctx("c"), ctx("d")], timeout=5, poll=slow)
-    took = time.monotonic() - begun
+    answer = triage_everywhere([ctx("a"), ctx("b"), ctx("c"), ctx("d")], timeout=30, poll=slow)
     assert [c.name for c in answer.contexts] == ["a", "b", "c", "d"], "in the file's order, whoever answered first"
-    assert not answer.partial
-    assert took < 1.5, f"four contexts of 0.6 s each took {took:.2f}s: asked one after another"
+    assert not answer.partial, f"asked one after another: {answer.down}"
 
 
 def test_a_context_that_hangs_is_down_once_its_time_is_up_and_holds_up_nobody():
@@ -135,23 +133,29 @@ def test_a_context_that_hangs_is_down_once_its_time_is_up_and_holds_up_nobody():
     finally:
         release.set()
     took = time.monotonic() - begun
-    assert 0.9 < took < 2.0, took
+    # not before its time, and not held up by the one that hangs (30 s); the slack above the 1 s is
+    # a loaded machine's, which a tighter bound did not leave
+    assert 0.9 < took < 6.0, took
     assert answer.partial and answer.down[0].name == "hangs"
     assert answer.down[0].error == "no answer within 1s"
     assert [r.context for r in answer.rows] == ["ok"]
 
 
 def test_a_late_answer_is_dropped():
-    late = threading.Event()
+    # the answer comes once the time is up and the answer given, whenever a loaded machine gets
+    # there (a poll of a fixed 0.5 s is in time if the asking thread is stalled 0.3 s)
+    given = threading.Event()
 
     def poll(context: Context, timeout: float) -> ContextTriage:
-        time.sleep(0.5)
-        late.set()
+        given.wait(30)
         return up(context.name)
 
     answer = triage_everywhere([ctx("slow")], timeout=0.2, poll=poll)
-    assert late.wait(2)
-    time.sleep(0.05)
+    given.set()
+    asking = [t for t in threading.enumerate() if t.name == "ask:slow"]
+    for thread in asking:
+        thread.join(30)
+    assert asking and not any(t.is_alive() for t in asking), "the late answer came"
     assert answer.partial and not answer.contexts[0].up, "the answer given stays what it was"
 
 
