@@ -192,7 +192,8 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
                                   "0018_fleet_gaps", "0019_audit_rules", "0020_lease_watch",
                                   "0021_job_events_partitioned", "0022_saved_views", "0023_bulk_operations",
                                   "0024_trace_inherit", "0025_web_sign_ins",
-                                  "0026_cap_slot_once", "0027_cap_slot_on_call", "0028_queue_index_no_dedup"]
+                                  "0026_cap_slot_once", "0027_cap_slot_on_call", "0028_queue_index_no_dedup",
+                                  "0029_fewer_parses"]
         assert report.version == known_version()
         # 0022: saved views begin empty, under row level security keyed on the login
         assert rows("saved_views") == []
@@ -229,6 +230,11 @@ def test_the_trust_migrations_apply_to_a_database_holding_0011s_data(empty_db, p
         # 0028: the queue's index rebuilt without posting lists
         assert conn.execute("select reloptions from pg_class where oid = 'tool_jobs_queued_idx'::regclass"
                             ).fetchone()["reloptions"] == ["deduplicate_items=off"]
+        # 0029: the journal's bounds judged by its guard, on every partition, for every row
+        assert conn.execute("select count(*) as n from pg_trigger where tgname = 'job_events_kind_guard' "
+                            "and tgqual is null").fetchone()["n"] == 5, "the table and its four partitions"
+        assert conn.execute("select count(*) as n from pg_constraint where contype = 'c' "
+                            "and conrelid = 'tool_jobs'::regclass").fetchone()["n"] == 1
         assert conn.execute("select value from leasectl_settings "
                             "where name = 'tools.allow_auto_register'").fetchone()["value"] is False
 
@@ -338,7 +344,7 @@ def test_0027_keeps_the_slots_0026_gave_the_running_calls(empty_db):
         assert set(held) == {str(first["id"]), str(second["id"])}
         assert claim(conn, "wc", ["capped"]) is None
 
-        assert migrate(conn).applied == ["0027_cap_slot_on_call", "0028_queue_index_no_dedup"]
+        assert migrate(conn).applied == ["0027_cap_slot_on_call", "0028_queue_index_no_dedup", "0029_fewer_parses"]
         slots = {str(r["id"]): r["tool_slot"] for r in conn.execute(
             "select id, tool_slot from tool_jobs where state = 'running'").fetchall()}
         assert slots == held, "each running call keeps its slot"
