@@ -137,6 +137,27 @@ def add_user(users: Path, name: str, role: str, password: str, db_user: str | No
     assert done.returncode == 0, f"serve users add {name}: {done.stderr}"
 
 
+# chromedriver's words when an element's node belongs to a document the tab has left: mid-navigation
+# it says this rather than "stale element reference" (CI, 2026-12-06), and it means the same
+OLD_DOCUMENT = "does not belong to the document"
+
+
+def old_page_gone(old_element: Any) -> bool:
+    """True once `old_element`'s page is gone. Selenium's `staleness_of` counts only a stale
+    reference as gone and raises on chromedriver's other answer for the same fact (OLD_DOCUMENT)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        old_element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if OLD_DOCUMENT in str(error.msg or ""):
+            return True
+        raise
+    return False
+
+
 @dataclass
 class Serve:
     """`leasectl --dsn DSN serve --listen 127.0.0.1:PORT --users FILE`, its output in `log`."""
@@ -355,10 +376,9 @@ class Tab:
 
     def wait_new_page(self, old_element: Any, timeout: float = 30) -> None:
         """After a click that navigates: the old page gone, the new one loaded."""
-        from selenium.webdriver.support import expected_conditions
         from selenium.webdriver.support.wait import WebDriverWait
 
-        WebDriverWait(self.driver, timeout).until(expected_conditions.staleness_of(old_element))
+        WebDriverWait(self.driver, timeout).until(lambda _driver: old_page_gone(old_element))
         wait_for(lambda: self.driver.execute_script("return document.readyState") == "complete", timeout,
                  "the new page to load")
 
