@@ -133,7 +133,7 @@ test-pg15: $(STAMP) ## the database tier on PostgreSQL 15 (PG15_DSN), skipped wh
 test-fast: $(STAMP) ## every tier but the slow tests and the wheel, no lint
 	$(PYTEST) -n 4 -m "not slow and not wheel and not ha and not alerting and not browser" tests
 
-bench: bench-protocol bench-console bench-bulk bench-metrics bench-audit bench-scale bench-history bench-web ## every benchmark below
+bench: bench-protocol bench-rules bench-console bench-bulk bench-metrics bench-audit bench-scale bench-history bench-web ## every benchmark below
 
 .PHONY: bench-audit bench-scale
 bench-scale: $(STAMP) ## a fleet at the size agents run
@@ -153,6 +153,10 @@ bench-history: $(STAMP) ## the history partitioned by month against one table (1
 
 bench-protocol: $(STAMP) ## the lease protocol's throughput, against its peers and the machine's ceiling
 	$(BIN)/python -m tests.bench.protocol $(ARGS)
+
+.PHONY: bench-rules
+bench-rules: $(STAMP) ## what each rule the database enforces costs a call, each taken away in turn, against 0013
+	$(BIN)/python -m tests.bench.rules $(ARGS)
 
 bench-console: $(STAMP) ## the console's costs: its reads and refreshes over a big history
 	$(BIN)/python -m tests.bench.console $(ARGS)

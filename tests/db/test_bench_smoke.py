@@ -26,6 +26,8 @@ RUNS = {
                   "--notify-all", "--before-chains", "--async", "--ceiling-seconds", "1"],
                  ["workers", "renewals:", "a CHECKPOINT right before each timed run", "+notify/s", "vs -0013",
                   "async/pgq"]),
+    "rules": (["--calls", "60", "--rounds", "1", "--only", "journal,lease_bounds"],
+              ["rule costs", "-journal", "-lease_bounds", "leasectl / -0013"]),
     "scale": (["--calls", "40", "--processes", "2", "--heartbeat", "1", "--seconds", "3", "--triage-runs", "3",
                "--no-ceiling", "--claim-probes", "4"],
               ["renewals/s achieved", "smallest lease margin", "triage refresh median", "claim at all running",
